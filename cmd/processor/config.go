@@ -1,0 +1,264 @@
+package main
+
+import (
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/peterbourgon/ff/v3"
+	"github.com/peterbourgon/ff/v3/ffyaml"
+
+	"github.com/tierpush/tierpush/internal/admin"
+	"github.com/tierpush/tierpush/internal/dispatch"
+	"github.com/tierpush/tierpush/internal/pipeline"
+	"github.com/tierpush/tierpush/topology"
+)
+
+// errUsage marks a configuration error: exit code 2.
+var errUsage = errors.New("usage")
+
+// usageError wraps err as a configuration error naming what is wrong.
+func usageError(err error) error { return fmt.Errorf("%w: %w", errUsage, err) }
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+// Config is the processor's configuration: flags, TIERPUSH_* env vars and
+// the --config YAML file all set it.
+type Config struct {
+	Brokers      listFlag
+	EmbeddedAddr string
+	DataDir      string
+	Group        string
+	TopicPrefix  string
+
+	VAPIDPublicKey  string
+	VAPIDPrivateKey string
+	VAPIDSubject    string
+	HMACKey         string
+	HMACKeysOld     listFlag
+
+	AllowInsecure listFlag
+	HTTPAddr      string
+	Dev           bool
+
+	LogFormat string
+	LogLevel  string
+
+	MaxInFlight  int
+	DefaultTTL   time.Duration
+	SendTimeout  time.Duration
+	DrainTimeout time.Duration
+	RetryJitter  float64
+
+	Topics admin.Spec
+}
+
+// DefaultConfig returns the documented defaults (DESIGN §5).
+func DefaultConfig() Config {
+	pc := pipeline.DefaultConfig()
+	return Config{
+		EmbeddedAddr: "127.0.0.1:9092",
+		DataDir:      "./data",
+		Group:        pc.Group,
+		TopicPrefix:  topology.DefaultPrefix,
+		HTTPAddr:     "127.0.0.1:9464",
+		LogFormat:    "text",
+		LogLevel:     "info",
+		MaxInFlight:  pc.MaxInFlight,
+		DefaultTTL:   pc.Rules.DefaultTTL,
+		SendTimeout:  10 * time.Second,
+		DrainTimeout: pc.DrainTimeout,
+		RetryJitter:  pc.Jitter,
+		Topics:       admin.DefaultSpec(),
+	}
+}
+
+// register declares every flag of `processor run`.
+func (c *Config) register(fs *flag.FlagSet) {
+	fs.Var(&c.Brokers, "brokers", "Kafka seed brokers, comma separated or repeated; empty starts the embedded broker")
+	fs.StringVar(&c.EmbeddedAddr, "embedded-addr", c.EmbeddedAddr, "where the embedded broker listens")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "embedded broker storage (survives restarts)")
+	fs.StringVar(&c.Group, "group", c.Group, "consumer group")
+	fs.StringVar(&c.TopicPrefix, "topic-prefix", c.TopicPrefix, "prefix of every topic name")
+	fs.StringVar(&c.VAPIDPublicKey, "vapid-public-key", "", "VAPID public key, base64url (env VAPID_PUBLIC_KEY also read)")
+	fs.StringVar(&c.VAPIDPrivateKey, "vapid-private-key", "", "VAPID private key, base64url (env VAPID_PRIVATE_KEY also read)")
+	fs.StringVar(&c.VAPIDSubject, "vapid-subject", "", "VAPID subject: mailto:address or https URL (env VAPID_SUBJECT also read)")
+	fs.StringVar(&c.HMACKey, "hmac-key", "", "key signing retry records (push-sig), at least 32 bytes; required outside --dev")
+	fs.Var(&c.HMACKeysOld, "hmac-key-old", "older keys still accepted on retry records (rotation); repeatable")
+	fs.Var(&c.AllowInsecure, "allow-insecure-endpoint", "host:port that may be reached over http or on a private address (tests, the simulator); repeatable")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "address of /metrics, /healthz and /readyz; empty disables")
+	fs.BoolVar(&c.Dev, "dev", false, "embedded broker + push simulator + sample workload + live status table")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "records being sent or awaiting acknowledgement at once")
+	fs.DurationVar(&c.DefaultTTL, "default-ttl", c.DefaultTTL, "TTL of events that do not set one")
+	fs.DurationVar(&c.SendTimeout, "send-timeout", c.SendTimeout, "bound on one send to a push service")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for records in flight")
+	fs.Float64Var(&c.RetryJitter, "retry-jitter", c.RetryJitter, "share of a retry step added at random to spread retries (0..1)")
+	registerTopicFlags(fs, &c.Topics)
+}
+
+func registerTopicFlags(fs *flag.FlagSet, s *admin.Spec) {
+	p := int(s.Partitions)
+	rf := int(s.ReplicationFactor)
+	fs.Func("partitions", fmt.Sprintf("partitions of topics created at start (default %d)", p), func(v string) error {
+		var n int
+		if _, err := fmt.Sscan(v, &n); err != nil || n < 1 || n > 10000 {
+			return errors.New("want 1..10000")
+		}
+		s.Partitions = int32(n)
+		return nil
+	})
+	fs.Func("replication-factor", fmt.Sprintf("replication factor of topics created at start, -1 = broker default (default %d)", rf), func(v string) error {
+		var n int
+		if _, err := fmt.Sscan(v, &n); err != nil || n < -1 || n == 0 || n > 32 {
+			return errors.New("want -1 or 1..32")
+		}
+		s.ReplicationFactor = int16(n)
+		return nil
+	})
+	fs.DurationVar(&s.Retention, "retention", s.Retention, "retention of tier, retry, gone and outcome topics")
+	fs.DurationVar(&s.DLQRetention, "dlq-retention", s.DLQRetention, "retention of the DLQ")
+}
+
+// parseFlags reads args, then TIERPUSH_* env vars, then --config.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	fs.String("config", "", "YAML file with the same keys as the flags")
+	err := ff.Parse(fs, args,
+		ff.WithEnvVarPrefix("TIERPUSH"),
+		ff.WithEnvVarSplit(","),
+		ff.WithConfigFileFlag("config"),
+		ff.WithConfigFileParser(ffyaml.Parser),
+	)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError(err)
+	}
+	if fs.NArg() > 0 {
+		return usageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	return nil
+}
+
+// finish applies the VAPID_* env fallbacks and checks the whole config.
+func (c *Config) finish() error {
+	envDefault(&c.VAPIDPublicKey, "VAPID_PUBLIC_KEY")
+	envDefault(&c.VAPIDPrivateKey, "VAPID_PRIVATE_KEY")
+	envDefault(&c.VAPIDSubject, "VAPID_SUBJECT")
+	return usageErrorOrNil(c.Validate())
+}
+
+func envDefault(dst *string, key string) {
+	if *dst == "" {
+		*dst = os.Getenv(key)
+	}
+}
+
+func usageErrorOrNil(err error) error {
+	if err == nil {
+		return nil
+	}
+	return usageError(err)
+}
+
+// Validate reports every field out of range, each naming its flag.
+func (c *Config) Validate() error {
+	var errs []error
+	if !c.Dev || c.VAPIDPrivateKey != "" {
+		if err := dispatch.ValidateVAPID(c.vapid()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !c.Dev || c.HMACKey != "" {
+		if _, err := c.hmacKeys(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("--log-format: %q, want text or json", c.LogFormat))
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxInFlight < 1 || c.MaxInFlight > 100_000 {
+		errs = append(errs, fmt.Errorf("--max-in-flight: %d, want 1..100000", c.MaxInFlight))
+	}
+	if c.DefaultTTL < 0 || c.DefaultTTL > 28*24*time.Hour {
+		errs = append(errs, fmt.Errorf("--default-ttl: %s, want 0..672h", c.DefaultTTL))
+	}
+	if c.SendTimeout < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--send-timeout: %s, want at least 100ms", c.SendTimeout))
+	}
+	if c.DrainTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("--drain-timeout: %s, want at least 1s", c.DrainTimeout))
+	}
+	if c.RetryJitter < 0 || c.RetryJitter > 1 {
+		errs = append(errs, fmt.Errorf("--retry-jitter: %g, want 0..1", c.RetryJitter))
+	}
+	if c.Group == "" {
+		errs = append(errs, errors.New("--group: empty"))
+	}
+	if c.TopicPrefix == "" || strings.ContainsAny(c.TopicPrefix, " /\\") {
+		errs = append(errs, fmt.Errorf("--topic-prefix: %q is not a valid topic prefix", c.TopicPrefix))
+	}
+	for _, a := range c.AllowInsecure {
+		if !strings.Contains(a, ":") {
+			errs = append(errs, fmt.Errorf("--allow-insecure-endpoint: %q, want host:port", a))
+		}
+	}
+	if err := c.Topics.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) vapid() dispatch.VAPID {
+	return dispatch.VAPID{PublicKey: c.VAPIDPublicKey, PrivateKey: c.VAPIDPrivateKey, Subject: c.VAPIDSubject}
+}
+
+// hmacKeys decodes --hmac-key (base64, or raw text of at least 32 bytes) and
+// the older keys.
+func (c *Config) hmacKeys() ([][]byte, error) {
+	var keys [][]byte
+	for i, s := range append([]string{c.HMACKey}, c.HMACKeysOld...) {
+		name := "--hmac-key"
+		if i > 0 {
+			name = "--hmac-key-old"
+		}
+		k := decodeSecret(s)
+		if len(k) < topology.MinKeyLen {
+			return nil, fmt.Errorf("%s: %d bytes, want at least %d (e.g. openssl rand -base64 32)", name, len(k), topology.MinKeyLen)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+func decodeSecret(s string) []byte {
+	s = strings.TrimSpace(s)
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(s); err == nil && len(b) >= topology.MinKeyLen {
+			return b
+		}
+	}
+	return []byte(s)
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierpush/tierpush/internal/pipeline"
+	"github.com/tierpush/tierpush/internal/pushsim"
+	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
+)
+
+// runDev is `processor --dev`: the embedded broker, two simulated push
+// services, a sample workload over the three tiers with a realistic failure
+// mix, and a live status table until ctx ends.
+func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) error {
+	if err := newDevIdentity(&cfg); err != nil {
+		return err
+	}
+	cfg.Brokers = nil
+	// Logs would scroll the status table away: keep warnings only.
+	log = newLogger(io.Discard, cfg.LogFormat, cfg.LogLevel)
+
+	// "fcm": a failure mix; "autopush": a 300 req/s rate limit.
+	mix := pushsim.DefaultConfig()
+	mix.Fail503, mix.Fail429, mix.Fail410, mix.Fail500 = 0.05, 0.03, 0.01, 0.01
+	mix.Latency, mix.LatencyJitter = 15*time.Millisecond, 40*time.Millisecond
+	limited := pushsim.DefaultConfig()
+	limited.RateLimit, limited.Burst = 300, 50
+	limited.Latency, limited.LatencyJitter = 10*time.Millisecond, 20*time.Millisecond
+
+	var sims []*pushsim.Server
+	for _, sc := range []pushsim.Config{mix, limited} {
+		s, addr, err := startSim(ctx, sc, log)
+		if err != nil {
+			return err
+		}
+		defer s.Close(context.Background())
+		sims = append(sims, s)
+		cfg.AllowInsecure = append(cfg.AllowInsecure, addr)
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	return serve(ctx, cfg, log, func(p *pipeline.Processor) {
+		names := topology.Names{Prefix: cfg.TopicPrefix}
+		wg.Go(func() { devWorkload(ctx, p.Client(), names, sims, 150) })
+		wg.Go(func() { statusTable(ctx, stdout, p, sims) })
+	})
+}
+
+func startSim(ctx context.Context, c pushsim.Config, log *slog.Logger) (*pushsim.Server, string, error) {
+	s, err := pushsim.New(c, log)
+	if err != nil {
+		return nil, "", fmt.Errorf("push simulator: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", fmt.Errorf("push simulator: %w", err)
+	}
+	go s.Serve(ln)
+	return s, ln.Addr().String(), nil
+}
+
+// devWorkload produces rate events/s: tier1 20%, tier2 30%, tier3 50%, 1%
+// of them malformed.
+func devWorkload(ctx context.Context, cl *kgo.Client, names topology.Names, sims []*pushsim.Server, rate int) {
+	var subs []pushsim.Subscription
+	for i := range 400 {
+		subs = append(subs, sims[i%len(sims)].Subscribe())
+	}
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		t := tiers.Tier3
+		switch r := rand.IntN(10); {
+		case r < 2:
+			t = tiers.Tier1
+		case r < 5:
+			t = tiers.Tier2
+		}
+		sub := subs[rand.IntN(len(subs))]
+		v := sampleEvent(fmt.Sprintf("dev-%d-%d", time.Now().Unix(), n), sub, rand.IntN(100) == 0)
+		cl.Produce(ctx, &kgo.Record{Topic: names.Tier(t), Key: []byte(sub.ID), Value: v}, nil)
+	}
+}
+
+func sampleEvent(id string, sub pushsim.Subscription, malformed bool) []byte {
+	auth := sub.Auth
+	if malformed {
+		auth = auth[:10] // a 12-byte auth secret: invalid_event
+	}
+	v, _ := json.Marshal(map[string]any{
+		"id":           id,
+		"subscription": map[string]any{"endpoint": sub.Endpoint, "keys": map[string]string{"p256dh": sub.P256dh, "auth": auth}},
+		"payload":      `{"title":"Hello from tierpush","body":"event ` + id + `"}`,
+		"ttl":          600,
+		"urgency":      "normal",
+	})
+	return v
+}
+
+// statusTable redraws the live status every second.
+func statusTable(ctx context.Context, w io.Writer, p *pipeline.Processor, sims []*pushsim.Server) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		fmt.Fprint(w, "\033[H\033[2J")
+		fmt.Fprint(w, renderStatus(p.Stats().Snapshot(), p.Held(), time.Since(start)))
+	}
+}
+
+func renderStatus(s pipeline.Snapshot, held map[string]int, up time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "tierpush --dev   up %s   (Ctrl-C to stop)\n\n", up.Truncate(time.Second))
+	fmt.Fprintf(&b, "  delivered %-10d gone %-10d\n\n", s.Delivered, s.Gone)
+	fmt.Fprintf(&b, "  %-32s %12s %10s\n", "retry step", "routed", "held now")
+	for _, t := range pipeline.SortedKeys(s.Retries) {
+		fmt.Fprintf(&b, "  %-32s %12d %10d\n", t, s.Retries[t], held[t])
+	}
+	fmt.Fprintf(&b, "\n  %-32s %12s\n", "dead letters by reason", "count")
+	for _, r := range pipeline.SortedKeys(s.DLQ) {
+		fmt.Fprintf(&b, "  %-32s %12d\n", r, s.DLQ[r])
+	}
+	fmt.Fprintf(&b, "\n  %-32s %10s %10s %10s\n", "push service", "sends", "429 rate", "errors")
+	for _, o := range pipeline.SortedKeys(s.Origins) {
+		st := s.Origins[o]
+		rate := 0.0
+		if st.Sends > 0 {
+			rate = 100 * float64(st.Rate429s) / float64(st.Sends)
+		}
+		host := o
+		if u, err := url.Parse(o); err == nil {
+			host = u.Host
+		}
+		fmt.Fprintf(&b, "  %-32s %10d %9.1f%% %10d\n", host, st.Sends, rate, st.Errors)
+	}
+	return b.String()
+}

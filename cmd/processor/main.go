@@ -1,0 +1,104 @@
+// Command processor runs tierpush: it consumes notification events from the
+// tier topics, sends them as Web Push, and routes failures through per-tier
+// retry ladders to the dead-letter topic. Subcommands run the embedded
+// broker, the push simulator and the operator tools.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		os.Exit(exitCode(err, os.Stderr))
+	}
+}
+
+// exitCode prints err and maps it to the contract's exit codes: 2 for bad
+// configuration, 1 for runtime failures.
+func exitCode(err error, stderr io.Writer) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintf(stderr, "processor: %v\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
+}
+
+// commands maps subcommand names to their entry points.
+var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+	"run":     runProcessor,
+	"broker":  runBroker,
+	"vapid":   runVAPID,
+	"send":    runSend,
+	"topics":  runTopics,
+	"pushsim": runPushsim,
+	"dlq":     runDLQ,
+}
+
+// run is the whole program: `processor [subcommand] [flags]`. With no
+// subcommand, or flags first, it runs the pipeline.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		if args[0] == "help" {
+			printHelp(stdout)
+			return nil
+		}
+		cmd, ok := commands[args[0]]
+		if !ok {
+			printHelp(stderr)
+			return usageError(fmt.Errorf("unknown subcommand %q", args[0]))
+		}
+		return cmd(ctx, args[1:], stdout, stderr)
+	}
+	return runProcessor(ctx, args, stdout, stderr)
+}
+
+func printHelp(w io.Writer) {
+	fmt.Fprint(w, `usage: processor [run] [flags]     run the pipeline (processor run -h lists the flags)
+       processor broker [flags]    run only the embedded broker
+       processor vapid             print a new VAPID key pair
+       processor send [flags]      produce one event into a tier topic
+       processor topics ensure     create or check every topic
+       processor dlq list|redrive  inspect or replay the dead-letter topic
+       processor pushsim [flags]   run the push service simulator
+`)
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level: %q, want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func newLogger(w io.Writer, format, level string) *slog.Logger {
+	l, _ := parseLevel(level)
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	webpush "github.com/SherClockHolmes/webpush-go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierpush/tierpush/internal/admin"
+	"github.com/tierpush/tierpush/internal/broker"
+	"github.com/tierpush/tierpush/internal/dispatch"
+	"github.com/tierpush/tierpush/internal/event"
+	"github.com/tierpush/tierpush/internal/netguard"
+	"github.com/tierpush/tierpush/internal/pipeline"
+	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
+)
+
+// runProcessor is `processor run`: the pipeline.
+func runProcessor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := DefaultConfig()
+	fs := newFlagSet("processor run", stderr)
+	cfg.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := cfg.finish(); err != nil {
+		return err
+	}
+	log := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	if cfg.Dev {
+		return runDev(ctx, cfg, log, stdout)
+	}
+	return serve(ctx, cfg, log, nil)
+}
+
+// serve runs the pipeline until ctx ends. ready, when set, is called with
+// the running processor (the dev mode's status table reads it).
+func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeline.Processor)) error {
+	names := topology.Names{Prefix: cfg.TopicPrefix}
+	policy := tiers.DefaultPolicy()
+
+	if len(cfg.Brokers) == 0 {
+		c, err := broker.Start(broker.Config{Addr: cfg.EmbeddedAddr, DataDir: cfg.DataDir, Partitions: int(cfg.Topics.Partitions)}, log)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		cfg.Brokers = c.ListenAddrs()
+	}
+	kopts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID("tierpush"),
+	}
+	if err := ensureTopics(ctx, kopts, names, &policy, cfg.Topics, log); err != nil {
+		return err
+	}
+
+	guard, err := netguard.New(netguard.AllowInsecure(cfg.AllowInsecure...))
+	if err != nil {
+		return usageError(fmt.Errorf("--allow-insecure-endpoint: %w", err))
+	}
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	hc := dispatch.NewHTTPClient(dispatch.HTTPConfig{DialContext: guard.DialContext(dialer)})
+	defer hc.CloseIdleConnections()
+	sender, err := dispatch.New(dispatch.Config{VAPID: cfg.vapid(), Timeout: cfg.SendTimeout}, hc)
+	if err != nil {
+		return usageError(err)
+	}
+	keys, err := cfg.hmacKeys()
+	if err != nil {
+		return usageError(err)
+	}
+	signer, err := topology.NewSigner(keys...)
+	if err != nil {
+		return usageError(fmt.Errorf("--hmac-key: %w", err))
+	}
+
+	pc := pipeline.DefaultConfig()
+	pc.Names = names
+	pc.Policy = policy
+	pc.Group = cfg.Group
+	pc.MaxInFlight = cfg.MaxInFlight
+	pc.Jitter = cfg.RetryJitter
+	pc.DrainTimeout = cfg.DrainTimeout
+	pc.Rules = event.DefaultRules()
+	pc.Rules.DefaultTTL = cfg.DefaultTTL
+	pc.Rules.Guard = guard
+	p, err := pipeline.New(pc, log, sender, signer, kopts)
+	if err != nil {
+		return fmt.Errorf("start pipeline: %w", err)
+	}
+	if cfg.HTTPAddr != "" {
+		stopHTTP, err := serveHTTP(cfg.HTTPAddr, p, log)
+		if err != nil {
+			return usageError(fmt.Errorf("--http-addr: %w", err))
+		}
+		defer stopHTTP()
+	}
+	if ready != nil {
+		ready(p)
+	}
+	log.Info("processor running", "brokers", cfg.Brokers, "group", cfg.Group, "topics", len(names.Inputs(&policy)))
+	if err := p.Run(ctx); err != nil {
+		return err
+	}
+	log.Info("processor stopped cleanly")
+	return nil
+}
+
+// ensureTopics creates missing topics before the consumer starts, so it
+// finds them on its first metadata fetch.
+func ensureTopics(ctx context.Context, kopts []kgo.Opt, names topology.Names, p *tiers.Policy, spec admin.Spec, log *slog.Logger) error {
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	states, err := admin.Ensure(ctx, kadm.NewClient(cl), names, p, spec)
+	if err != nil {
+		return fmt.Errorf("ensure topics: %w", err)
+	}
+	for _, s := range states {
+		if s.Created {
+			log.Info("created topic", "topic", s.Topic, "partitions", s.Partitions)
+		}
+		if s.Drift != "" {
+			log.Warn("topic drift", "topic", s.Topic, "drift", s.Drift)
+		}
+	}
+	return nil
+}
+
+// serveHTTP serves /healthz, /readyz and /metrics.
+func serveHTTP(addr string, p *pipeline.Processor, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !p.Ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	mux.Handle("GET /metrics", metricsHandler(p))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	}, nil
+}
+
+// newDevIdentity makes a throwaway VAPID key pair and HMAC key for --dev.
+func newDevIdentity(cfg *Config) error {
+	if cfg.VAPIDPrivateKey == "" {
+		priv, pub, err := webpush.GenerateVAPIDKeys()
+		if err != nil {
+			return fmt.Errorf("generate vapid keys: %w", err)
+		}
+		cfg.VAPIDPrivateKey, cfg.VAPIDPublicKey = priv, pub
+		if cfg.VAPIDSubject == "" {
+			cfg.VAPIDSubject = "mailto:dev@tierpush.invalid"
+		}
+	}
+	if cfg.HMACKey == "" {
+		k := make([]byte, 32)
+		rand.Read(k)
+		cfg.HMACKey = fmt.Sprintf("%x", k)
+	}
+	return nil
+}

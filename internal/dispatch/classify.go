@@ -1,0 +1,99 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tierpush/tierpush/topology"
+)
+
+// maxRetryAfter caps a Retry-After the push service sends: a floor further
+// out than this is treated as this (the TTL check still applies).
+const maxRetryAfter = 24 * time.Hour
+
+// Classify maps a push service's answer, or the error that stopped the
+// request, to a routing class (DESIGN §6). It is a pure function.
+func Classify(status int, h http.Header, err error, now time.Time) topology.Result {
+	if err != nil {
+		return topology.Result{Class: topology.ClassRetryable, Err: transportCause(err)}
+	}
+	r := topology.Result{Status: status}
+	switch {
+	case status >= 200 && status < 300:
+		r.Class = topology.ClassDelivered
+	case status == http.StatusNotFound || status == http.StatusGone:
+		r.Class = topology.ClassGone
+	case status == http.StatusRequestEntityTooLarge:
+		r.Class = topology.ClassTooLarge
+		r.Err = "push service answered 413: payload too large"
+	case status == http.StatusTooManyRequests,
+		status == http.StatusInternalServerError,
+		status == http.StatusBadGateway,
+		status == http.StatusServiceUnavailable,
+		status == http.StatusGatewayTimeout:
+		r.Class = topology.ClassRetryable
+		r.Err = "push service answered " + strconv.Itoa(status)
+	case status == http.StatusNotAcceptable && strings.EqualFold(h.Get("X-WNS-Status"), "appthrottled"):
+		// WNS throttles senders with 406 instead of 429.
+		r.Class = topology.ClassRetryable
+		r.Err = "push service answered 406 appthrottled"
+	default:
+		r.Class = topology.ClassRejected
+		r.Err = "push service answered " + strconv.Itoa(status)
+	}
+	if r.Class == topology.ClassRetryable {
+		if d, ok := ParseRetryAfter(h.Get("Retry-After"), now); ok {
+			r.RetryAfter = d
+		}
+	}
+	return r
+}
+
+// ParseRetryAfter reads a Retry-After value in either form of RFC 9110:
+// delay-seconds or an HTTP-date. It returns false when v is empty or
+// malformed. A date in the past is a zero delay.
+func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" || len(v) > 64 {
+		return 0, false
+	}
+	if v[0] >= '0' && v[0] <= '9' {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		if n > uint64(maxRetryAfter/time.Second) {
+			return maxRetryAfter, true
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	d := t.Sub(now)
+	if d < 0 {
+		d = 0
+	}
+	return min(d, maxRetryAfter), true
+}
+
+// transportCause names a transport failure without its URL (url.Error
+// carries the capability URL of the subscription).
+func transportCause(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return "connection error: " + op.Op
+	}
+	return "connection error"
+}

@@ -1,0 +1,287 @@
+// Package dispatch sends one notification to its push service with
+// webpush-go (RFC 8291 encryption, RFC 8292 VAPID) over a shared, tuned HTTP
+// client, and classifies the answer. It does not decide where a record goes
+// next (package topology does) nor how fast to send (package pacing).
+package dispatch
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	webpush "github.com/SherClockHolmes/webpush-go"
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/tierpush/tierpush/internal/event"
+	"github.com/tierpush/tierpush/internal/netguard"
+	"github.com/tierpush/tierpush/topology"
+)
+
+// Sender sends one notification and classifies the answer.
+type Sender interface {
+	Send(ctx context.Context, e *event.Event, ttl time.Duration) topology.Result
+}
+
+// VAPID is the application server identity (RFC 8292).
+type VAPID struct {
+	PublicKey  string // base64url uncompressed P-256 point
+	PrivateKey string // base64url 32-byte scalar
+	Subject    string // "mailto:ops@example.com", a bare address, or an https URL
+}
+
+// Config tunes the sender. Zero fields take the documented defaults.
+type Config struct {
+	VAPID VAPID
+	// Timeout bounds one send, connection included. Default 10s.
+	Timeout time.Duration
+	// JWTLifetime is the exp of the VAPID JWTs minted. Default 12h; push
+	// services accept at most 24h.
+	JWTLifetime time.Duration
+	// JWTRefresh is how long one JWT is reused per audience. Default 1h, the
+	// shortest interval Apple allows.
+	JWTRefresh time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) defaults() {
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Second
+	}
+	if c.JWTLifetime == 0 {
+		c.JWTLifetime = 12 * time.Hour
+	}
+	if c.JWTRefresh == 0 {
+		c.JWTRefresh = time.Hour
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// ValidateVAPID checks a key pair and subject, naming the flag at fault.
+func ValidateVAPID(v VAPID) error {
+	pub, err := decodeKey(v.PublicKey)
+	if err != nil || len(pub) != 65 || pub[0] != 4 {
+		return errors.New("--vapid-public-key: want a base64url uncompressed P-256 point (65 bytes)")
+	}
+	priv, err := decodeKey(v.PrivateKey)
+	if err != nil || len(priv) != 32 {
+		return errors.New("--vapid-private-key: want a base64url 32-byte P-256 private key")
+	}
+	k := privateKey(priv)
+	if k.X.Cmp(new(big.Int).SetBytes(pub[1:33])) != 0 || k.Y.Cmp(new(big.Int).SetBytes(pub[33:])) != 0 {
+		return errors.New("--vapid-private-key: does not match --vapid-public-key")
+	}
+	s := v.Subject
+	switch {
+	case strings.HasPrefix(s, "https://") && len(s) > len("https://"):
+	case strings.Contains(strings.TrimPrefix(s, "mailto:"), "@"):
+	default:
+		return errors.New("--vapid-subject: want mailto:address or an https URL")
+	}
+	return nil
+}
+
+// WebPush is the Sender built on webpush-go.
+type WebPush struct {
+	cfg    Config
+	opts   webpush.Options // template; copied per send
+	client *vapidClient
+}
+
+var _ Sender = (*WebPush)(nil)
+
+// New returns a WebPush sender that sends through hc, which should come from
+// NewHTTPClient. The VAPID identity must have passed ValidateVAPID.
+func New(cfg Config, hc *http.Client) (*WebPush, error) {
+	cfg.defaults()
+	if err := ValidateVAPID(cfg.VAPID); err != nil {
+		return nil, err
+	}
+	priv, _ := decodeKey(cfg.VAPID.PrivateKey)
+	vc := &vapidClient{
+		hc:       hc,
+		key:      privateKey(priv),
+		pub:      strings.TrimRight(cfg.VAPID.PublicKey, "="),
+		subject:  subjectClaim(cfg.VAPID.Subject),
+		lifetime: cfg.JWTLifetime,
+		refresh:  cfg.JWTRefresh,
+		now:      cfg.Now,
+		byAud:    make(map[string]vapidHeader),
+	}
+	return &WebPush{
+		cfg:    cfg,
+		client: vc,
+		opts: webpush.Options{
+			HTTPClient: vc,
+			// webpush-go prepends "mailto:" unless the subject is https.
+			Subscriber:      strings.TrimPrefix(cfg.VAPID.Subject, "mailto:"),
+			VAPIDPublicKey:  cfg.VAPID.PublicKey,
+			VAPIDPrivateKey: cfg.VAPID.PrivateKey,
+		},
+	}, nil
+}
+
+// Send encrypts and posts e with the remaining ttl, then classifies the
+// answer. The response body is always drained and closed so the connection
+// is reused.
+func (w *WebPush) Send(ctx context.Context, e *event.Event, ttl time.Duration) topology.Result {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+	defer cancel()
+	opts := w.opts
+	opts.TTL = int(ttl / time.Second) // always set: webpush-go sends 0 otherwise
+	opts.Urgency = webpush.Urgency(e.Urgency)
+	opts.Topic = e.Topic
+	sub := webpush.Subscription{
+		Endpoint: e.Endpoint,
+		Keys: webpush.Keys{
+			P256dh: base64.RawURLEncoding.EncodeToString(e.P256dh),
+			Auth:   base64.RawURLEncoding.EncodeToString(e.Auth),
+		},
+	}
+	// webpush-go appends padding into spare capacity: give it none.
+	msg := e.Payload[:len(e.Payload):len(e.Payload)]
+	resp, err := webpush.SendNotificationWithContext(ctx, msg, &sub, &opts)
+	if err != nil {
+		if isBlocked(err) {
+			return topology.Result{Class: topology.ClassBlocked, Err: "endpoint address refused at dial time"}
+		}
+		return Classify(0, nil, err, w.cfg.Now())
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	return Classify(resp.StatusCode, resp.Header, nil, w.cfg.Now())
+}
+
+// isBlocked reports a connection the dial-time address check refused: zero
+// bytes reached the address.
+func isBlocked(err error) bool {
+	var b *netguard.BlockedError
+	return errors.As(err, &b)
+}
+
+// vapidClient puts a cached VAPID JWT per audience on every request:
+// webpush-go signs a fresh one per send, which push services (Apple first)
+// ask senders not to do.
+type vapidClient struct {
+	hc       *http.Client
+	key      *ecdsa.PrivateKey
+	pub      string
+	subject  string
+	lifetime time.Duration
+	refresh  time.Duration
+	now      func() time.Time
+
+	mu    sync.Mutex
+	byAud map[string]vapidHeader
+}
+
+type vapidHeader struct {
+	value  string
+	minted time.Time
+}
+
+func (v *vapidClient) Do(req *http.Request) (*http.Response, error) {
+	h, err := v.header(req.URL.Scheme + "://" + req.URL.Host)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", h)
+	return v.hc.Do(req)
+}
+
+func (v *vapidClient) header(aud string) (string, error) {
+	now := v.now()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if h, ok := v.byAud[aud]; ok && now.Sub(h.minted) < v.refresh && now.After(h.minted.Add(-time.Minute)) {
+		return h.value, nil
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{
+		"aud": aud,
+		"exp": now.Add(v.lifetime).Unix(),
+		"sub": v.subject,
+	})
+	s, err := tok.SignedString(v.key)
+	if err != nil {
+		return "", fmt.Errorf("sign vapid jwt: %w", err)
+	}
+	h := vapidHeader{value: "vapid t=" + s + ", k=" + v.pub, minted: now}
+	if len(v.byAud) > 10_000 {
+		clear(v.byAud) // bounded: audiences are push services, a handful in practice
+	}
+	v.byAud[aud] = h
+	return h.value, nil
+}
+
+func subjectClaim(s string) string {
+	if strings.HasPrefix(s, "https:") || strings.HasPrefix(s, "mailto:") {
+		return s
+	}
+	return "mailto:" + s
+}
+
+func decodeKey(s string) ([]byte, error) {
+	return base64.RawURLEncoding.DecodeString(strings.TrimRight(s, "="))
+}
+
+func privateKey(d []byte) *ecdsa.PrivateKey {
+	c := elliptic.P256()
+	x, y := c.ScalarBaseMult(d)
+	return &ecdsa.PrivateKey{PublicKey: ecdsa.PublicKey{Curve: c, X: x, Y: y}, D: new(big.Int).SetBytes(d)}
+}
+
+// HTTPConfig tunes the shared HTTP client.
+type HTTPConfig struct {
+	// DialContext dials connections; it should refuse non-public addresses
+	// (netguard). Default: a plain net.Dialer.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	// RootCAs, when set, replaces the system roots (tests, the simulator).
+	TLS *TLSConfig
+	// MaxConnsPerHost bounds connections per push service; 0 = 512.
+	MaxConnsPerHost int
+}
+
+// NewHTTPClient returns the client every send shares: keep-alive, HTTP/2
+// over TLS, bounded connection, handshake and header timeouts.
+func NewHTTPClient(c HTTPConfig) *http.Client {
+	if c.DialContext == nil {
+		d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+		c.DialContext = d.DialContext
+	}
+	if c.MaxConnsPerHost == 0 {
+		c.MaxConnsPerHost = 512
+	}
+	t := &http.Transport{
+		DialContext:           c.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   c.MaxConnsPerHost,
+		MaxConnsPerHost:       c.MaxConnsPerHost,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: 10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	if c.TLS != nil {
+		t.TLSClientConfig = c.TLS.clientConfig()
+	}
+	return &http.Client{
+		Transport: t,
+		Timeout:   15 * time.Second,
+		// A push service answers; it does not redirect. Following one would
+		// send the capability URL's payload somewhere unchecked.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}

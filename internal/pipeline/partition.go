@@ -1,0 +1,106 @@
+package pipeline
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierpush/tierpush/topology"
+)
+
+// tracked is one consumed record on its way through the pipeline.
+type tracked struct {
+	rec  *kgo.Record
+	due  time.Time // retry records: when it may be sent
+	done bool
+}
+
+// partition is the state of one assigned partition: the checkpoint of
+// consumed records and, for retry topics, the records held until due.
+//
+// The checkpoint commits only up to the last record with no unfinished
+// record before it, so a crash never skips an event whose outputs were not
+// acknowledged.
+type partition struct {
+	topic string
+	part  int32
+	src   topology.Source
+
+	mu       sync.Mutex
+	queue    []*tracked // consumed, not yet committed, in offset order
+	held     dueHeap    // retry records waiting for their due time
+	maxDue   time.Time  // latest due time in held
+	paused   bool
+	revoked  bool          // dispatch nothing more
+	lost     bool          // and mark nothing more
+	inFlight int
+	idleCh   chan struct{} // closed when inFlight drops to zero after a revoke
+	timer    *time.Timer
+}
+
+func newPartition(topic string, part int32, src topology.Source) *partition {
+	return &partition{topic: topic, part: part, src: src}
+}
+
+// track appends a consumed record to the checkpoint queue.
+func (p *partition) track(r *kgo.Record) *tracked {
+	t := &tracked{rec: r}
+	p.queue = append(p.queue, t)
+	return t
+}
+
+// finish marks t done and returns the newest record that may now be marked
+// for commit, or nil when the head of the queue is still unfinished.
+// p.mu must be held.
+func (p *partition) finish(t *tracked) *kgo.Record {
+	t.done = true
+	var last *kgo.Record
+	i := 0
+	for ; i < len(p.queue) && p.queue[i].done; i++ {
+		last = p.queue[i].rec
+	}
+	if i > 0 {
+		n := copy(p.queue, p.queue[i:])
+		clear(p.queue[n:])
+		p.queue = p.queue[:n]
+	}
+	return last
+}
+
+// dueHeap orders held records by due time.
+type dueHeap []*tracked
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(*tracked)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	n := len(old)
+	t := old[n-1]
+	old[n-1] = nil
+	*h = old[:n-1]
+	return t
+}
+
+// popDue removes and returns every held record due at or before now.
+func (p *partition) popDue(now time.Time) []*tracked {
+	var out []*tracked
+	for len(p.held) > 0 && !p.held[0].due.After(now) {
+		out = append(out, heap.Pop(&p.held).(*tracked))
+	}
+	if len(p.held) == 0 {
+		p.maxDue = time.Time{}
+	}
+	return out
+}
+
+// hold adds a retry record to the held set. p.mu must be held.
+func (p *partition) hold(t *tracked) {
+	heap.Push(&p.held, t)
+	if t.due.After(p.maxDue) {
+		p.maxDue = t.due
+	}
+}
