@@ -1,0 +1,480 @@
+package event
+
+import (
+	"bytes"
+	"crypto/ecdh"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"strconv"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/tierpush/tierpush/internal/netguard"
+)
+
+// rawValue captures a JSON value as it appears in the input, so Decode can
+// tell absent from empty, check types itself and decode base64 without an
+// intermediate string. It aliases the input and must not outlive Decode.
+type rawValue []byte
+
+func (r *rawValue) UnmarshalJSON(b []byte) error {
+	*r = b
+	return nil
+}
+
+// present reports whether the field was given and not null.
+func (r rawValue) present() bool {
+	return len(r) > 0 && string(r) != "null"
+}
+
+// wire is the JSON shape of an event (DESIGN §3).
+type wire struct {
+	ID           rawValue `json:"id"`
+	Subscription struct {
+		Endpoint rawValue `json:"endpoint"`
+		Keys     struct {
+			P256dh rawValue `json:"p256dh"`
+			Auth   rawValue `json:"auth"`
+		} `json:"keys"`
+	} `json:"subscription"`
+	Payload    rawValue `json:"payload"`
+	PayloadB64 rawValue `json:"payload_b64"`
+	TTL        rawValue `json:"ttl"`
+	Urgency    rawValue `json:"urgency"`
+	Topic      rawValue `json:"topic"`
+	CreatedAt  rawValue `json:"created_at"`
+}
+
+// Field paths named in errors.
+const (
+	fieldID         = "id"
+	fieldEndpoint   = "subscription.endpoint"
+	fieldP256dh     = "subscription.keys.p256dh"
+	fieldAuth       = "subscription.keys.auth"
+	fieldPayload    = "payload"
+	fieldPayloadB64 = "payload_b64"
+	fieldTTL        = "ttl"
+	fieldUrgency    = "urgency"
+	fieldTopic      = "topic"
+	fieldCreatedAt  = "created_at"
+)
+
+// Decode parses and validates one record value. recordTime is the record's
+// timestamp, the default for created_at. A refused event gives a *Error.
+//
+// Field names match case-insensitively and the last of duplicate fields wins
+// (encoding/json rules); null counts as absent. The returned Event does not
+// alias value.
+func Decode(value []byte, recordTime time.Time, rules Rules) (*Event, error) {
+	e, err := decode(value, recordTime, rules)
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func decode(value []byte, recordTime time.Time, rules Rules) (*Event, *Error) {
+	switch {
+	case len(value) == 0:
+		return nil, invalid("", "event is empty")
+	case len(value) > MaxEventSize:
+		return nil, invalid("", "event is %d bytes, limit %d", len(value), MaxEventSize)
+	case !utf8.Valid(value):
+		return nil, invalid("", "event is not valid UTF-8")
+	case tooDeep(value, MaxDepth):
+		return nil, invalid("", "event nests deeper than %d", MaxDepth)
+	}
+	var w wire
+	if err := json.Unmarshal(value, &w); err != nil {
+		return nil, jsonError(err)
+	}
+
+	ev := &Event{}
+
+	idStr, e := stringField(w.ID, fieldID, true)
+	if e != nil {
+		return nil, e
+	}
+	id := idStr.bytes()
+	switch {
+	case len(id) == 0:
+		return nil, invalid(fieldID, "is empty")
+	case len(id) > MaxIDLen:
+		return nil, invalid(fieldID, "is %d bytes, limit %d", len(id), MaxIDLen)
+	case !printable(id):
+		return nil, invalid(fieldID, "has a non-printable character")
+	}
+	ev.ID = string(id)
+
+	if e := ev.setEndpoint(w.Subscription.Endpoint, rules.Guard); e != nil {
+		return nil, e
+	}
+
+	// Keys and payload share one allocation.
+	p256dh, e := base64Field(w.Subscription.Keys.P256dh, fieldP256dh, true)
+	if e != nil {
+		return nil, e
+	}
+	if n := p256dh.len(); n != P256dhLen {
+		return nil, invalid(fieldP256dh, "key is %d bytes, want %d", n, P256dhLen)
+	}
+	auth, e := base64Field(w.Subscription.Keys.Auth, fieldAuth, true)
+	if e != nil {
+		return nil, e
+	}
+	if n := auth.len(); n != AuthLen {
+		return nil, invalid(fieldAuth, "auth secret is %d bytes, want %d", n, AuthLen)
+	}
+	text, e := stringField(w.Payload, fieldPayload, false)
+	if e != nil {
+		return nil, e
+	}
+	bin, e := base64Field(w.PayloadB64, fieldPayloadB64, false)
+	if e != nil {
+		return nil, e
+	}
+	payloadLen, payloadField := text.len(), fieldPayload
+	switch {
+	case w.Payload.present() && w.PayloadB64.present():
+		return nil, invalid(fieldPayloadB64, "give payload or payload_b64, not both")
+	case w.PayloadB64.present():
+		payloadLen, payloadField = bin.len(), fieldPayloadB64
+	}
+	if payloadLen > rules.MaxPayload {
+		return nil, &Error{Reason: ReasonPayloadTooLarge, Field: payloadField,
+			Msg: "is " + strconv.Itoa(payloadLen) + " bytes, limit " + strconv.Itoa(rules.MaxPayload)}
+	}
+
+	buf := make([]byte, P256dhLen+AuthLen+payloadLen)
+	ev.P256dh = buf[:P256dhLen:P256dhLen]
+	ev.Auth = buf[P256dhLen : P256dhLen+AuthLen : P256dhLen+AuthLen]
+	if err := p256dh.decode(ev.P256dh); err != nil {
+		return nil, invalid(fieldP256dh, "invalid base64")
+	}
+	if err := auth.decode(ev.Auth); err != nil {
+		return nil, invalid(fieldAuth, "invalid base64")
+	}
+	if ev.P256dh[0] != 4 {
+		return nil, invalid(fieldP256dh, "key is not an uncompressed P-256 point")
+	}
+	if _, err := ecdh.P256().NewPublicKey(ev.P256dh); err != nil {
+		return nil, invalid(fieldP256dh, "key is not a point on P-256")
+	}
+	if payloadLen > 0 {
+		ev.Payload = buf[P256dhLen+AuthLen:]
+		if w.PayloadB64.present() {
+			if err := bin.decode(ev.Payload); err != nil {
+				return nil, invalid(fieldPayloadB64, "invalid base64")
+			}
+		} else {
+			text.copyTo(ev.Payload)
+		}
+	}
+
+	if e := ev.setTTL(w.TTL, rules); e != nil {
+		return nil, e
+	}
+	if e := ev.setUrgency(w.Urgency); e != nil {
+		return nil, e
+	}
+	topicStr, e := stringField(w.Topic, fieldTopic, false)
+	if e != nil {
+		return nil, e
+	}
+	topic := topicStr.bytes()
+	if len(topic) > MaxTopicLen {
+		return nil, invalid(fieldTopic, "is %d characters, limit %d", len(topic), MaxTopicLen)
+	}
+	if !base64URLAlphabet(topic) {
+		return nil, invalid(fieldTopic, "has a character outside the base64url alphabet")
+	}
+	if len(topic) > 0 {
+		ev.Topic = string(topic)
+	}
+
+	ev.CreatedAt = recordTime
+	if w.CreatedAt.present() {
+		s, e := stringField(w.CreatedAt, fieldCreatedAt, false)
+		if e != nil {
+			return nil, e
+		}
+		if err := ev.CreatedAt.UnmarshalText(s.bytes()); err != nil {
+			return nil, invalid(fieldCreatedAt, "not an RFC 3339 time")
+		}
+	}
+	return ev, nil
+}
+
+func (ev *Event) setEndpoint(raw rawValue, guard *netguard.Policy) *Error {
+	str, e := stringField(raw, fieldEndpoint, true)
+	if e != nil {
+		return e
+	}
+	b := str.bytes()
+	if len(b) == 0 {
+		return invalid(fieldEndpoint, "is empty")
+	}
+	ev.Endpoint = string(b)
+	if guard != nil {
+		u, err := guard.CheckEndpoint(ev.Endpoint)
+		if err != nil {
+			msg := "blocked"
+			var be *netguard.BlockedError
+			if errors.As(err, &be) {
+				msg = be.Reason
+			}
+			return &Error{Reason: ReasonEndpointBlocked, Field: fieldEndpoint, Msg: msg, err: err}
+		}
+		ev.EndpointURL = u
+	} else {
+		u, err := url.Parse(ev.Endpoint)
+		switch {
+		case err != nil:
+			// The *url.Error holds the URL: never pass it on.
+			return invalid(fieldEndpoint, "malformed URL")
+		case u.Scheme != "https" && u.Scheme != "http":
+			return invalid(fieldEndpoint, "want an https URL")
+		case u.Opaque != "" || u.Hostname() == "":
+			return invalid(fieldEndpoint, "URL has no host")
+		case u.User != nil:
+			return invalid(fieldEndpoint, "URL has userinfo")
+		}
+		ev.EndpointURL = u
+	}
+	ev.origin = originOf(ev.Endpoint, ev.EndpointURL)
+	return nil
+}
+
+func (ev *Event) setTTL(raw rawValue, rules Rules) *Error {
+	if !raw.present() {
+		ev.TTL = rules.DefaultTTL
+		return nil
+	}
+	b := []byte(raw)
+	if b[0] == '-' {
+		return invalid(fieldTTL, "is negative")
+	}
+	if b[0] < '0' || b[0] > '9' {
+		return invalid(fieldTTL, "want a number of seconds")
+	}
+	var secs int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return invalid(fieldTTL, "want whole seconds")
+		}
+		secs = secs*10 + int64(c-'0')
+		if secs > int64(rules.MaxTTL/time.Second) {
+			return invalid(fieldTTL, "exceeds %d seconds", int64(rules.MaxTTL/time.Second))
+		}
+	}
+	ev.TTL = time.Duration(secs) * time.Second
+	return nil
+}
+
+func (ev *Event) setUrgency(raw rawValue) *Error {
+	s, e := stringField(raw, fieldUrgency, false)
+	if e != nil {
+		return e
+	}
+	switch string(s.bytes()) {
+	case "":
+	case UrgencyVeryLow:
+		ev.Urgency = UrgencyVeryLow
+	case UrgencyLow:
+		ev.Urgency = UrgencyLow
+	case UrgencyNormal:
+		ev.Urgency = UrgencyNormal
+	case UrgencyHigh:
+		ev.Urgency = UrgencyHigh
+	default:
+		return invalid(fieldUrgency, "want very-low, low, normal or high")
+	}
+	return nil
+}
+
+// jsonString is the body of a JSON string value, between the quotes.
+type jsonString struct {
+	body    []byte
+	escaped bool
+}
+
+// len returns the decoded length.
+func (s jsonString) len() int {
+	if !s.escaped {
+		return len(s.body)
+	}
+	return unquote(nil, s.body)
+}
+
+// copyTo decodes into dst, which must be s.len() long.
+func (s jsonString) copyTo(dst []byte) {
+	if !s.escaped {
+		copy(dst, s.body)
+		return
+	}
+	unquote(dst, s.body)
+}
+
+// bytes returns the decoded contents: a sub-slice of the input when there
+// are no escapes (no copy), else a new slice.
+func (s jsonString) bytes() []byte {
+	if !s.escaped {
+		return s.body
+	}
+	b := make([]byte, s.len())
+	s.copyTo(b)
+	return b
+}
+
+// stringField reads a JSON string value. Absent or null gives the zero
+// jsonString, or an error if required.
+func stringField(raw rawValue, field string, required bool) (jsonString, *Error) {
+	if !raw.present() {
+		if required {
+			return jsonString{}, invalid(field, "is missing")
+		}
+		return jsonString{}, nil
+	}
+	if raw[0] != '"' || len(raw) < 2 {
+		return jsonString{}, invalid(field, "want a JSON string")
+	}
+	body := raw[1 : len(raw)-1]
+	return jsonString{body: body, escaped: bytes.IndexByte(body, '\\') >= 0}, nil
+}
+
+// b64 is a base64 text (padding stripped) and the encoding that reads it.
+type b64 struct {
+	src []byte
+	enc *base64.Encoding
+}
+
+// len returns the decoded length.
+func (b b64) len() int { return b.enc.DecodedLen(len(b.src)) }
+
+func (b b64) decode(dst []byte) error {
+	n, err := b.enc.Decode(dst, b.src)
+	if err == nil && n != len(dst) {
+		err = errors.New("short base64")
+	}
+	return err
+}
+
+// base64Field reads a JSON string of base64 in the URL or standard alphabet,
+// padded or not; it checks the alphabet and length, not the content.
+func base64Field(raw rawValue, field string, required bool) (b64, *Error) {
+	js, e := stringField(raw, field, required)
+	if e != nil {
+		return b64{}, e
+	}
+	s := js.bytes()
+	if len(s) > 0 && s[len(s)-1] == '=' {
+		s = s[:len(s)-1]
+		if len(s) > 0 && s[len(s)-1] == '=' {
+			s = s[:len(s)-1]
+		}
+	}
+	var std, url bool
+	for _, c := range s {
+		switch {
+		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case c == '+' || c == '/':
+			std = true
+		case c == '-' || c == '_':
+			url = true
+		default:
+			return b64{}, invalid(field, "invalid base64")
+		}
+	}
+	if (std && url) || len(s)%4 == 1 {
+		return b64{}, invalid(field, "invalid base64")
+	}
+	if required && len(s) == 0 {
+		return b64{}, invalid(field, "is empty")
+	}
+	if std {
+		return b64{s, base64.RawStdEncoding}, nil
+	}
+	return b64{s, base64.RawURLEncoding}, nil
+}
+
+func printable(b []byte) bool {
+	for len(b) > 0 {
+		if c := b[0]; c < utf8.RuneSelf {
+			if c < 0x20 || c == 0x7f {
+				return false
+			}
+			b = b[1:]
+			continue
+		}
+		r, n := utf8.DecodeRune(b)
+		if !unicode.IsPrint(r) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+func base64URLAlphabet(b []byte) bool {
+	for _, c := range b {
+		switch {
+		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// tooDeep reports whether b nests objects and arrays deeper than max. It only
+// counts brackets outside strings; json.Unmarshal does the real validation.
+func tooDeep(b []byte, max int) bool {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			// Skip to the closing quote: one preceded by an even number
+			// of backslashes.
+			for {
+				j := bytes.IndexByte(b[i+1:], '"')
+				if j < 0 {
+					return false // unterminated: a syntax error later
+				}
+				i += 1 + j
+				k := i - 1
+				for k >= 0 && b[k] == '\\' {
+					k--
+				}
+				if (i-1-k)%2 == 0 {
+					break
+				}
+			}
+		case '{', '[':
+			depth++
+			if depth > max {
+				return true
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return false
+}
+
+// jsonError turns an encoding/json error into a *Error without quoting input.
+func jsonError(err error) *Error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return invalid("", "malformed JSON at byte %d", se.Offset)
+	case errors.As(err, &te) && te.Field == "":
+		return invalid("", "event must be a JSON object")
+	case errors.As(err, &te):
+		return invalid(te.Field, "want a JSON object")
+	}
+	return invalid("", "malformed JSON")
+}

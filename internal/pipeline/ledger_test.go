@@ -1,0 +1,109 @@
+package pipeline_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierpush/tierpush/internal/pushsim"
+	"github.com/tierpush/tierpush/internal/testenv"
+	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
+)
+
+// mixCase is one kind of event in the ledger workload.
+type mixCase struct {
+	name      string
+	script    []pushsim.Response
+	malformed bool
+	outcome   topology.Outcome
+	reason    topology.Reason
+}
+
+// ledgerMix returns the failure mix of event i: 10% 503 once, 5% 429 with
+// Retry-After, 3% 410, 2% always 500, 1% malformed, the rest delivered.
+func ledgerMix(i int) mixCase {
+	switch r := i % 100; {
+	case r < 10:
+		return mixCase{name: "503-once", script: []pushsim.Response{{Status: 503}}, outcome: topology.OutcomeDelivered, reason: topology.ReasonDelivered}
+	case r < 15:
+		return mixCase{name: "429-retry-after", script: []pushsim.Response{{Status: 429, RetryAfter: "5"}}, outcome: topology.OutcomeDelivered, reason: topology.ReasonDelivered}
+	case r < 18:
+		return mixCase{name: "410", script: []pushsim.Response{{Status: 410, Repeat: true}}, outcome: topology.OutcomeGone, reason: topology.ReasonGone}
+	case r < 20:
+		return mixCase{name: "always-500", script: []pushsim.Response{{Status: 500, Repeat: true}}, outcome: topology.OutcomeDead, reason: topology.ReasonMaxAttempts}
+	case r < 21:
+		return mixCase{name: "malformed", malformed: true, outcome: topology.OutcomeDead, reason: topology.ReasonInvalidEvent}
+	}
+	return mixCase{name: "ok", outcome: topology.OutcomeDelivered, reason: topology.ReasonDelivered}
+}
+
+func TestLedger(t *testing.T) {
+	const n = 2000
+	wallStart := time.Now()
+	var fakeElapsed time.Duration
+	synctest.Test(t, func(t *testing.T) {
+		env := testenv.Start(t, testenv.Options{Virtual: true})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+
+		start := time.Now()
+		cases := make(map[string]mixCase, n)
+		payloads := make(map[string][]byte, n)
+		var recs []*kgo.Record
+		for i := range n {
+			c := ledgerMix(i)
+			id := fmt.Sprintf("evt-%04d", i)
+			sub := env.Sim.Subscribe(c.script...)
+			if c.malformed {
+				sub.Auth = sub.Auth[:16] // 12 bytes
+			}
+			payload := fmt.Sprintf(`{"n":%d,"id":%q}`, i, id)
+			cases[id], payloads[sub.ID] = c, []byte(payload)
+			tier := tiers.All[i%3]
+			recs = append(recs, &kgo.Record{Topic: env.Names.Tier(tier), Key: []byte(sub.ID), Value: testenv.Event(id, sub, payload, nil)})
+		}
+		env.Produce(ctx, recs...)
+
+		got, err := env.ReadOutcomes(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fakeElapsed = time.Since(start)
+		for id, c := range cases {
+			outs := got[id]
+			if len(outs) != 1 {
+				t.Errorf("%s (%s): %d outcome records, want exactly 1", id, c.name, len(outs))
+				continue
+			}
+			o := outs[0]
+			if topology.Outcome(o.Outcome) != c.outcome || topology.Reason(o.Reason) != c.reason {
+				t.Errorf("%s (%s): outcome %s/%s, want %s/%s", id, c.name, o.Outcome, o.Reason, c.outcome, c.reason)
+			}
+		}
+		if len(got) != n {
+			t.Errorf("outcomes for %d ids, want %d", len(got), n)
+		}
+		delivered := 0
+		for _, d := range env.Sim.Deliveries() {
+			if d.Status != 201 {
+				continue
+			}
+			delivered++
+			if want := payloads[d.SubID]; !d.Verified || !bytes.Equal(d.Payload, want) {
+				t.Errorf("sub %s: simulator decrypted %q (verified %v), want %q", d.SubID, d.Payload, d.Verified, want)
+			}
+		}
+		// 79% delivered first time, 10% after a 503 and 5% after a 429.
+		if want := n * 94 / 100; delivered != want {
+			t.Errorf("simulator answered 201 %d times, want %d", delivered, want)
+		}
+	})
+	wall := time.Since(wallStart)
+	t.Logf("ledger: %d events in %s wall (%.0f events/s), %s of simulated retry time", n, wall.Round(time.Millisecond), float64(n)/wall.Seconds(), fakeElapsed.Round(time.Second))
+}

@@ -1,0 +1,306 @@
+// Package testenv starts a whole tierpush pipeline for tests and
+// benchmarks: the embedded broker (kfake), the push simulator and a
+// processor, on loopback or, for testing/synctest, on kfake's in-memory
+// VirtualNetwork so that minutes of retry delays pass in milliseconds. It is
+// imported only by tests and benchmarks.
+package testenv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	webpush "github.com/SherClockHolmes/webpush-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierpush/tierpush/internal/admin"
+	"github.com/tierpush/tierpush/internal/broker"
+	"github.com/tierpush/tierpush/internal/dispatch"
+	"github.com/tierpush/tierpush/internal/netguard"
+	"github.com/tierpush/tierpush/internal/pipeline"
+	"github.com/tierpush/tierpush/internal/pushsim"
+	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
+)
+
+// HMACKey is the retry-record key of test environments.
+var HMACKey = []byte("testenv-hmac-key-0123456789abcdef")
+
+// Options shape an Env.
+type Options struct {
+	// Virtual runs everything on an in-memory network: required inside a
+	// testing/synctest bubble.
+	Virtual bool
+	// Sim configures the push simulator; zero means pushsim.DefaultConfig.
+	Sim *pushsim.Config
+	// Partitions of every topic; default 4.
+	Partitions int
+	// Pipeline adjusts the processor's config.
+	Pipeline func(*pipeline.Config)
+	// NoProcessor starts only the broker and the simulator.
+	NoProcessor bool
+	// Log receives logs; default discard.
+	Log io.Writer
+}
+
+// Env is a running pipeline.
+type Env struct {
+	tb      testing.TB
+	VN      *kfake.VirtualNetwork
+	Cluster *kfake.Cluster
+	Sim     *pushsim.Server
+	Names   topology.Names
+	Policy  tiers.Policy
+	Brokers []string
+	Client  *kgo.Client // for producing events and reading results
+	Signer  *topology.Signer
+	VAPID   dispatch.VAPID
+	SimAddr string
+
+	proc   *pipeline.Processor
+	cancel context.CancelFunc
+	done   chan error
+	log    *slog.Logger
+	opts   Options
+}
+
+// Start starts an Env and registers its cleanup.
+func Start(tb testing.TB, o Options) *Env {
+	tb.Helper()
+	if o.Partitions == 0 {
+		o.Partitions = 4
+	}
+	w := o.Log
+	if w == nil {
+		w = io.Discard
+	}
+	e := &Env{tb: tb, Names: topology.Names{Prefix: topology.DefaultPrefix}, Policy: tiers.DefaultPolicy(), opts: o}
+	e.log = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	listen := net.Listen
+	if o.Virtual {
+		e.VN = new(kfake.VirtualNetwork)
+		listen = e.VN.Listen
+	}
+
+	addr := "127.0.0.1:0"
+	if o.Virtual {
+		addr = "127.0.0.1:9092" // the virtual network has no ephemeral ports
+	}
+	c, err := broker.Start(broker.Config{Addr: addr, Partitions: o.Partitions, Listen: listen}, e.log)
+	if err != nil {
+		tb.Fatalf("start broker: %v", err)
+	}
+	e.Cluster = c
+	tb.Cleanup(c.Close)
+	e.Brokers = c.ListenAddrs()
+	if o.Virtual {
+		e.Brokers = []string{"127.0.0.1:9092"}
+	}
+
+	simCfg := pushsim.DefaultConfig()
+	if o.Sim != nil {
+		simCfg = *o.Sim
+	}
+	priv, pub, err := webpush.GenerateVAPIDKeys()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e.VAPID = dispatch.VAPID{PublicKey: pub, PrivateKey: priv, Subject: "mailto:ops@tierpush.test"}
+	simCfg.VAPIDPublicKey = pub
+	sim, err := pushsim.New(simCfg, e.log)
+	if err != nil {
+		tb.Fatalf("push simulator: %v", err)
+	}
+	e.Sim = sim
+	simAddr := "127.0.0.1:0"
+	if o.Virtual {
+		simAddr = "127.0.0.1:8080"
+	}
+	ln, err := listen("tcp", simAddr)
+	if err != nil {
+		tb.Fatalf("simulator listen: %v", err)
+	}
+	e.SimAddr = ln.Addr().String()
+	if o.Virtual {
+		e.SimAddr = simAddr
+	}
+	sim.SetBaseURL("http://" + e.SimAddr)
+	go sim.Serve(ln)
+	tb.Cleanup(func() { sim.Close(context.Background()) })
+
+	e.Signer, err = topology.NewSigner(HMACKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e.Client, err = kgo.NewClient(e.kgoOpts()...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(e.Client.Close)
+	spec := admin.DefaultSpec()
+	spec.Partitions = int32(o.Partitions)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := admin.Ensure(ctx, kadmClient(e.Client), e.Names, &e.Policy, spec); err != nil {
+		tb.Fatalf("ensure topics: %v", err)
+	}
+	if !o.NoProcessor {
+		e.StartProcessor()
+	}
+	return e
+}
+
+func (e *Env) kgoOpts() []kgo.Opt {
+	opts := []kgo.Opt{kgo.SeedBrokers(e.Brokers...), kgo.FetchMaxWait(250 * time.Millisecond)}
+	if e.VN != nil {
+		opts = append(opts, kgo.Dialer(e.VN.DialContext))
+	}
+	return opts
+}
+
+// HTTPClient returns a push client that reaches the simulator.
+func (e *Env) HTTPClient() dispatch.HTTPConfig {
+	if e.VN != nil {
+		return dispatch.HTTPConfig{DialContext: e.VN.DialContext}
+	}
+	return dispatch.HTTPConfig{}
+}
+
+// PipelineConfig is the processor configuration of this Env.
+func (e *Env) PipelineConfig() pipeline.Config {
+	pc := pipeline.DefaultConfig()
+	guard, err := netguard.New(netguard.AllowInsecure(e.SimAddr))
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	pc.Rules.Guard = guard
+	if e.opts.Pipeline != nil {
+		e.opts.Pipeline(&pc)
+	}
+	return pc
+}
+
+// StartProcessor starts a processor (again, after StopProcessor).
+func (e *Env) StartProcessor() *pipeline.Processor {
+	e.tb.Helper()
+	hc := dispatch.NewHTTPClient(e.HTTPClient())
+	e.tb.Cleanup(hc.CloseIdleConnections)
+	sender, err := dispatch.New(dispatch.Config{VAPID: e.VAPID}, hc)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	p, err := pipeline.New(e.PipelineConfig(), e.log, sender, e.Signer, e.kgoOpts())
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.proc, e.cancel, e.done = p, cancel, make(chan error, 1)
+	go func() { e.done <- p.Run(ctx) }()
+	e.tb.Cleanup(func() { e.StopProcessor() })
+	return p
+}
+
+// Processor is the running processor.
+func (e *Env) Processor() *pipeline.Processor { return e.proc }
+
+// StopProcessor shuts the processor down gracefully and returns Run's error.
+func (e *Env) StopProcessor() error {
+	if e.cancel == nil {
+		return nil
+	}
+	e.cancel()
+	e.cancel = nil
+	return <-e.done
+}
+
+// Event builds an event JSON for sub. extra overrides or adds fields.
+func Event(id string, sub pushsim.Subscription, payload string, extra map[string]any) []byte {
+	m := map[string]any{
+		"id":           id,
+		"subscription": map[string]any{"endpoint": sub.Endpoint, "keys": map[string]string{"p256dh": sub.P256dh, "auth": sub.Auth}},
+		"payload":      payload,
+		"ttl":          3600,
+	}
+	for k, v := range extra {
+		if v == nil {
+			delete(m, k)
+			continue
+		}
+		m[k] = v
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// Produce produces records synchronously.
+func (e *Env) Produce(ctx context.Context, rs ...*kgo.Record) {
+	e.tb.Helper()
+	if err := e.Client.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		e.tb.Fatalf("produce: %v", err)
+	}
+}
+
+// Outcome is a record read from push.outcomes.
+type Outcome struct {
+	pipeline.OutcomeRecord
+	Headers map[string]string
+}
+
+// ReadOutcomes reads push.outcomes from the start until want distinct ids
+// are seen or ctx ends, and returns every outcome record per id.
+func (e *Env) ReadOutcomes(ctx context.Context, want int) (map[string][]Outcome, error) {
+	return e.ReadTopic(ctx, e.Names.Outcomes(), want)
+}
+
+// ReadTopic reads a JSON-valued output topic until want distinct keys.
+func (e *Env) ReadTopic(ctx context.Context, topic string, want int) (map[string][]Outcome, error) {
+	cl, err := kgo.NewClient(append(e.kgoOpts(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	got := make(map[string][]Outcome)
+	for len(got) < want {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return got, fmt.Errorf("read %s: %d of %d keys: %w", topic, len(got), want, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			var o Outcome
+			_ = json.Unmarshal(r.Value, &o.OutcomeRecord)
+			o.Headers = make(map[string]string)
+			for _, h := range r.Headers {
+				o.Headers[h.Key] = string(h.Value)
+			}
+			got[string(r.Key)] = append(got[string(r.Key)], o)
+		})
+	}
+	return got, nil
+}
+
+// ReadRecords reads every record of topic until want records or ctx ends.
+func (e *Env) ReadRecords(ctx context.Context, topic string, want int) ([]*kgo.Record, error) {
+	cl, err := kgo.NewClient(append(e.kgoOpts(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	var got []*kgo.Record
+	for len(got) < want {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return got, fmt.Errorf("read %s: %d of %d records: %w", topic, len(got), want, err)
+		}
+		got = append(got, fs.Records()...)
+	}
+	return got, nil
+}
