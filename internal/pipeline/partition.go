@@ -33,8 +33,8 @@ type partition struct {
 	held     dueHeap    // retry records waiting for their due time
 	maxDue   time.Time  // latest due time in held
 	paused   bool
-	revoked  bool          // dispatch nothing more
-	lost     bool          // and mark nothing more
+	revoked  bool // dispatch nothing more
+	lost     bool // and mark nothing more
 	inFlight int
 	idleCh   chan struct{} // closed when inFlight drops to zero after a revoke
 	timer    *time.Timer
