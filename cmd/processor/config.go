@@ -59,11 +59,12 @@ type Config struct {
 	LogFormat string
 	LogLevel  string
 
-	MaxInFlight  int
-	DefaultTTL   time.Duration
-	SendTimeout  time.Duration
-	DrainTimeout time.Duration
-	RetryJitter  float64
+	MaxInFlight    int
+	DefaultTTL     time.Duration
+	SendTimeout    time.Duration
+	DrainTimeout   time.Duration
+	RetryJitter    float64
+	CommitInterval time.Duration
 
 	Topics admin.Spec
 }
@@ -72,19 +73,20 @@ type Config struct {
 func DefaultConfig() Config {
 	pc := pipeline.DefaultConfig()
 	return Config{
-		EmbeddedAddr: "127.0.0.1:9092",
-		DataDir:      "./data",
-		Group:        pc.Group,
-		TopicPrefix:  topology.DefaultPrefix,
-		HTTPAddr:     "127.0.0.1:9464",
-		LogFormat:    "text",
-		LogLevel:     "info",
-		MaxInFlight:  pc.MaxInFlight,
-		DefaultTTL:   pc.Rules.DefaultTTL,
-		SendTimeout:  10 * time.Second,
-		DrainTimeout: pc.DrainTimeout,
-		RetryJitter:  pc.Jitter,
-		Topics:       admin.DefaultSpec(),
+		EmbeddedAddr:   "127.0.0.1:9092",
+		DataDir:        "./data",
+		Group:          pc.Group,
+		TopicPrefix:    topology.DefaultPrefix,
+		HTTPAddr:       "127.0.0.1:9464",
+		LogFormat:      "text",
+		LogLevel:       "info",
+		MaxInFlight:    pc.MaxInFlight,
+		DefaultTTL:     pc.Rules.DefaultTTL,
+		SendTimeout:    10 * time.Second,
+		DrainTimeout:   pc.DrainTimeout,
+		RetryJitter:    pc.Jitter,
+		CommitInterval: pc.CommitInterval,
+		Topics:         admin.DefaultSpec(),
 	}
 }
 
@@ -110,6 +112,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SendTimeout, "send-timeout", c.SendTimeout, "bound on one send to a push service")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for records in flight")
 	fs.Float64Var(&c.RetryJitter, "retry-jitter", c.RetryJitter, "share of a retry step added at random to spread retries (0..1)")
+	fs.DurationVar(&c.CommitInterval, "commit-interval", c.CommitInterval, "how often finished offsets are committed (bounds re-sends after a crash)")
 	registerTopicFlags(fs, &c.Topics)
 }
 
@@ -210,6 +213,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DrainTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("--drain-timeout: %s, want at least 1s", c.DrainTimeout))
+	}
+	if c.CommitInterval < 10*time.Millisecond || c.CommitInterval > time.Minute {
+		errs = append(errs, fmt.Errorf("--commit-interval: %s, want 10ms..1m", c.CommitInterval))
 	}
 	if c.RetryJitter < 0 || c.RetryJitter > 1 {
 		errs = append(errs, fmt.Errorf("--retry-jitter: %g, want 0..1", c.RetryJitter))

@@ -92,6 +92,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	pc.MaxInFlight = cfg.MaxInFlight
 	pc.Jitter = cfg.RetryJitter
 	pc.DrainTimeout = cfg.DrainTimeout
+	pc.CommitInterval = cfg.CommitInterval
 	pc.Rules = event.DefaultRules()
 	pc.Rules.DefaultTTL = cfg.DefaultTTL
 	pc.Rules.Guard = guard

@@ -41,6 +41,9 @@ type Config struct {
 	// Prefetch is how long before the last held record of a retry
 	// partition is due that fetching resumes. Default 250ms.
 	Prefetch time.Duration
+	// CommitInterval is how often finished offsets are committed: what a
+	// crash can make the next owner send again. Default 100ms.
+	CommitInterval time.Duration
 	// DrainTimeout bounds how long shutdown and a partition revoke wait for
 	// records in flight. Default 20s.
 	DrainTimeout time.Duration
@@ -58,19 +61,20 @@ type Config struct {
 // DefaultConfig returns the defaults of the public contract.
 func DefaultConfig() Config {
 	return Config{
-		Names:         topology.Names{Prefix: topology.DefaultPrefix},
-		Policy:        tiers.DefaultPolicy(),
-		Group:         "tierpush",
-		Rules:         event.DefaultRules(),
-		MaxInFlight:   1024,
-		Jitter:        0.1,
-		MaxJitter:     5 * time.Second,
-		Prefetch:      250 * time.Millisecond,
-		DrainTimeout:  20 * time.Second,
-		SigLifetime:   7 * 24 * time.Hour,
-		TombstoneSize: 100_000,
-		TombstoneTTL:  24 * time.Hour,
-		Now:           time.Now,
+		Names:          topology.Names{Prefix: topology.DefaultPrefix},
+		Policy:         tiers.DefaultPolicy(),
+		Group:          "tierpush",
+		Rules:          event.DefaultRules(),
+		MaxInFlight:    1024,
+		Jitter:         0.1,
+		MaxJitter:      5 * time.Second,
+		Prefetch:       250 * time.Millisecond,
+		DrainTimeout:   20 * time.Second,
+		CommitInterval: 100 * time.Millisecond,
+		SigLifetime:    7 * 24 * time.Hour,
+		TombstoneSize:  100_000,
+		TombstoneTTL:   24 * time.Hour,
+		Now:            time.Now,
 	}
 }
 
@@ -85,6 +89,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Group == "" {
 		errs = append(errs, errors.New("group: empty"))
+	}
+	if c.CommitInterval < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("commit-interval: %s, want at least 10ms", c.CommitInterval))
 	}
 	if c.TombstoneSize < 1 {
 		errs = append(errs, fmt.Errorf("tombstone-size: %d, want at least 1", c.TombstoneSize))
@@ -160,6 +167,7 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Names.Inputs(&cfg.Policy)...),
 		kgo.AutoCommitMarks(),
+		kgo.AutoCommitInterval(cfg.CommitInterval),
 		kgo.OnPartitionsAssigned(p.onAssigned),
 		kgo.OnPartitionsRevoked(p.onRevoked),
 		kgo.OnPartitionsLost(p.onLost),

@@ -1,0 +1,44 @@
+# tierpush — common tasks. `make run` and `make test` are the two set-up commands.
+GO        ?= go
+BIN       ?= bin/processor
+FUZZTIME  ?= 60s
+
+.PHONY: all build run test test-short lint vet fmt fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/processor
+
+# The processor on the embedded broker with the push simulator, a sample
+# workload and a live status table. Ctrl-C stops it cleanly.
+run:
+	$(GO) run ./cmd/processor --dev
+
+# Every test, with the race detector: unit, fuzz seed corpora, the
+# synctest pipeline tests, and the subprocess crash and kcat tests.
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+test-short:
+	$(GO) test -short -count=1 ./...
+
+lint: vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@if command -v golangci-lint >/dev/null; then golangci-lint run ./...; fi
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+# Each fuzz target for FUZZTIME (go test runs one fuzz target at a time).
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/event
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckEndpoint$$' -fuzztime $(FUZZTIME) ./internal/netguard
+	$(GO) test -run '^$$' -fuzz '^FuzzDecrypt$$' -fuzztime $(FUZZTIME) ./internal/pushsim
+
+clean:
+	rm -rf bin data

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierpush/tierpush/internal/pipeline"
+	"github.com/tierpush/tierpush/internal/pushsim"
+	"github.com/tierpush/tierpush/internal/testenv"
+)
+
+// waitTopics waits until the processor on brokerAddr has created its topics.
+func waitTopics(ctx context.Context, t *testing.T, brokerAddr string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokerAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for {
+		ts, err := adm.ListTopics(ctx, "push.outcomes")
+		if err == nil && ts.Has("push.outcomes") && ts["push.outcomes"].Err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("topics never appeared on %s: %v", brokerAddr, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// readOutcomes reads push.outcomes until want distinct ids; it returns the
+// number of records per id.
+func readOutcomes(ctx context.Context, t *testing.T, brokerAddr string, want int) map[string]int {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokerAddr), kgo.ConsumeTopics("push.outcomes"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(250*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got := make(map[string]int)
+	for len(got) < want {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("outcomes for %d of %d ids: %v", len(got), want, ctx.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			var o pipeline.OutcomeRecord
+			if err := json.Unmarshal(r.Value, &o); err != nil || o.ID != string(r.Key) {
+				t.Errorf("bad outcome record %q: %v", r.Value, err)
+			}
+			got[o.ID]++
+		})
+	}
+	return got
+}
+
+// TestCrashLosesNothing kills the processor (and its embedded broker) with
+// SIGKILL in the middle of 5,000 events, restarts it on the same data dir,
+// and checks the ledger is complete; then it stops it with SIGTERM and
+// checks for a clean exit.
+func TestCrashLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	const n = 5000
+	simCfg := pushsim.DefaultConfig()
+	simCfg.Latency, simCfg.LatencyJitter = time.Millisecond, 4*time.Millisecond
+	sim, simAddr := serveSim(t, simCfg)
+	brokerAddr := freeAddr(t)
+	args := procArgs(t, t.TempDir(), brokerAddr, simAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	first := startProc(t, args...)
+	waitTopics(ctx, t, brokerAddr)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokerAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []*kgo.Record
+	for i := range n {
+		sub := sim.Subscribe()
+		id := fmt.Sprintf("crash-%05d", i)
+		recs = append(recs, &kgo.Record{Topic: []string{"push.tier1", "push.tier2", "push.tier3"}[i%3], Key: []byte(sub.ID), Value: testenv.Event(id, sub, id, nil)})
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	cl.Close()
+
+	// Kill once a third has been delivered: sends, produces and commits
+	// are all in flight.
+	if err := sim.WaitFor(ctx, func(s pushsim.Stats) bool { return s.ByStatus[201] >= n/3 }); err != nil {
+		t.Fatal(err)
+	}
+	first.cmd.Process.Signal(syscall.SIGKILL)
+	first.wait(t, 30*time.Second)
+	killedAt := sim.Stats().ByStatus[201]
+
+	second := startProc(t, args...)
+	got := readOutcomes(ctx, t, brokerAddr, n)
+	dupOutcomes := 0
+	for _, c := range got {
+		dupOutcomes += c - 1
+	}
+	sends := make(map[string]int)
+	for _, d := range sim.Deliveries() {
+		if d.Status == 201 {
+			sends[string(d.Payload)]++
+		}
+	}
+	dupSends := 0
+	for i := range n {
+		c := sends[fmt.Sprintf("crash-%05d", i)]
+		if c == 0 {
+			t.Errorf("crash-%05d was never delivered", i)
+		}
+		dupSends += max(c-1, 0)
+	}
+	t.Logf("killed after %d deliveries; ledger complete for %d ids; duplicate sends %d, duplicate outcome records %d", killedAt, len(got), dupSends, dupOutcomes)
+
+	second.cmd.Process.Signal(syscall.SIGTERM)
+	if code := second.wait(t, 60*time.Second); code != 0 {
+		t.Errorf("after SIGTERM the processor exited %d, want 0; stderr:\n%s", code, second.stderr)
+	}
+}
+
+// TestKcatInterop: librdkafka's kcat produces events into the embedded
+// broker and reads the outcomes back.
+func TestKcatInterop(t *testing.T) {
+	kcat, err := exec.LookPath("kcat")
+	if err != nil {
+		t.Skip("kcat not installed (apt-get install kcat); .ci/run installs it")
+	}
+	sim, simAddr := serveSim(t, pushsim.DefaultConfig())
+	brokerAddr := freeAddr(t)
+	args := procArgs(t, t.TempDir(), brokerAddr, simAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	startProc(t, args...)
+	waitTopics(ctx, t, brokerAddr)
+
+	const n = 20
+	var lines []string
+	for i := range n {
+		sub := sim.Subscribe()
+		lines = append(lines, string(testenv.Event(fmt.Sprintf("kcat-%02d", i), sub, "from kcat", nil)))
+	}
+	file := filepath.Join(t.TempDir(), "events.jsonl")
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(ctx, kcat, "-b", brokerAddr, "-P", "-t", "push.tier1", "-l", file).CombinedOutput(); err != nil {
+		t.Fatalf("kcat -P: %v\n%s", err, out)
+	}
+	readOutcomes(ctx, t, brokerAddr, n) // wait until processed
+	out, err := exec.CommandContext(ctx, kcat, "-b", brokerAddr, "-C", "-t", "push.outcomes", "-o", "beginning", "-c", fmt.Sprint(n), "-e", "-f", "%k %s\n").Output()
+	if err != nil {
+		t.Fatalf("kcat -C: %v", err)
+	}
+	seen := make(map[string]bool)
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		key, value, _ := strings.Cut(line, " ")
+		var o pipeline.OutcomeRecord
+		if err := json.Unmarshal([]byte(value), &o); err != nil {
+			t.Fatalf("kcat read %q: %v", line, err)
+		}
+		if o.ID != key || o.Outcome != "delivered" {
+			t.Errorf("kcat read outcome %+v under key %q, want delivered under its id", o, key)
+		}
+		seen[key] = true
+	}
+	if len(seen) != n {
+		t.Errorf("kcat read outcomes of %d events, want %d", len(seen), n)
+	}
+}
