@@ -21,7 +21,7 @@ import (
 )
 
 // waitTopics waits until the processor on brokerAddr has created its topics.
-func waitTopics(ctx context.Context, t *testing.T, brokerAddr string) {
+func waitTopics(ctx context.Context, t *testing.T, p *proc, brokerAddr string) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokerAddr))
 	if err != nil {
@@ -37,6 +37,9 @@ func waitTopics(ctx context.Context, t *testing.T, brokerAddr string) {
 		select {
 		case <-ctx.Done():
 			t.Fatalf("topics never appeared on %s: %v", brokerAddr, err)
+		case err := <-p.done:
+			p.done <- err
+			t.Fatalf("processor exited before creating topics (%v); stderr:\n%s", err, p.stderr)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -87,7 +90,7 @@ func TestCrashLosesNothing(t *testing.T) {
 	defer cancel()
 
 	first := startProc(t, args...)
-	waitTopics(ctx, t, brokerAddr)
+	waitTopics(ctx, t, first, brokerAddr)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokerAddr))
 	if err != nil {
 		t.Fatal(err)
@@ -152,8 +155,7 @@ func TestKcatInterop(t *testing.T) {
 	args := procArgs(t, t.TempDir(), brokerAddr, simAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	startProc(t, args...)
-	waitTopics(ctx, t, brokerAddr)
+	waitTopics(ctx, t, startProc(t, args...), brokerAddr)
 
 	const n = 20
 	var lines []string

@@ -64,10 +64,11 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	}
 	if v[0] >= '0' && v[0] <= '9' {
 		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
+		if err != nil && !(errors.Is(err, strconv.ErrRange) && allDigits(v)) {
 			return 0, false
 		}
-		if n > uint64(maxRetryAfter/time.Second) {
+		// ErrRange: digits beyond uint64 are still delay-seconds, just huge.
+		if err != nil || n > uint64(maxRetryAfter/time.Second) {
 			return maxRetryAfter, true
 		}
 		return time.Duration(n) * time.Second, true
@@ -96,4 +97,13 @@ func transportCause(err error) string {
 		return "connection error: " + op.Op
 	}
 	return "connection error"
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -141,6 +141,9 @@ func (w *WebPush) Send(ctx context.Context, e *event.Event, ttl time.Duration) t
 	defer cancel()
 	opts := w.opts
 	opts.TTL = int(ttl / time.Second) // always set: webpush-go sends 0 otherwise
+	if opts.TTL == 0 && ttl > 0 {
+		opts.TTL = 1 // TTL 0 means "now or never"; a sub-second remainder is not that
+	}
 	opts.Urgency = webpush.Urgency(e.Urgency)
 	opts.Topic = e.Topic
 	sub := webpush.Subscription{
