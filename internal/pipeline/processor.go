@@ -418,28 +418,31 @@ func (p *Processor) complete(ps *partition, t *tracked, ok bool) {
 	p.wg.Done()
 }
 
-func (p *Processor) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+// The callbacks use the client they are given: the first assignment can
+// arrive before kgo.NewClient has returned it to New.
+
+func (p *Processor) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]int32) {
 	p.joined.Store(true)
-	// A partition paused by an earlier owner-ship of ours must not stay
+	// A partition paused during an earlier ownership of ours must not stay
 	// paused: its held records were dropped with it.
-	p.cl.ResumeFetchPartitions(m)
+	cl.ResumeFetchPartitions(m)
 }
 
 func (p *Processor) onRevoked(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
-	p.handBack(m, false)
+	p.handBack(cl, m, false)
 	if err := cl.CommitMarkedOffsets(ctx); err != nil && !errors.Is(err, kgo.ErrClientClosed) {
 		p.log.Warn("commit on revoke", "err", err)
 	}
 }
 
-func (p *Processor) onLost(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-	p.handBack(m, true)
+func (p *Processor) onLost(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+	p.handBack(cl, m, true)
 }
 
 // handBack stops dispatching the given partitions, waits (bounded) for their
 // records in flight so their offsets can be committed, drops held records
 // (uncommitted, so the next owner consumes them) and resumes the partitions.
-func (p *Processor) handBack(m map[string][]int32, lost bool) {
+func (p *Processor) handBack(cl *kgo.Client, m map[string][]int32, lost bool) {
 	var waits []chan struct{}
 	p.mu.Lock()
 	for topic, parts := range m {
@@ -465,7 +468,7 @@ func (p *Processor) handBack(m map[string][]int32, lost bool) {
 		}
 	}
 	p.mu.Unlock()
-	p.cl.ResumeFetchPartitions(m)
+	cl.ResumeFetchPartitions(m)
 	if lost {
 		return
 	}
