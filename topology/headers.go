@@ -131,7 +131,9 @@ func (m *Meta) Headers(dst []kgo.RecordHeader) []kgo.RecordHeader {
 	if !m.NotBefore.IsZero() {
 		add(HeaderNotBefore, millis(m.NotBefore))
 	}
-	add(HeaderFirstSeen, millis(m.FirstSeen))
+	if !m.FirstSeen.IsZero() {
+		add(HeaderFirstSeen, millis(m.FirstSeen))
+	}
 	add(HeaderOrigin, m.Origin)
 	add(HeaderStatus, strconv.Itoa(m.Status))
 	if m.Reason != "" {

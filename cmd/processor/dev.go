@@ -42,6 +42,7 @@ func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 
 	var sims []*pushsim.Server
 	for _, sc := range []pushsim.Config{mix, limited} {
+		sc.KeepDeliveries = 1000 // a long dev run must not grow without bound
 		s, addr, err := startSim(ctx, sc, log)
 		if err != nil {
 			return err

@@ -209,6 +209,7 @@ func runTopics(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // runPushsim is `processor pushsim`: the push service simulator.
 func runPushsim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := pushsim.DefaultConfig()
+	cfg.KeepDeliveries = 10_000 // bounded memory for a long-running simulator
 	fs := newFlagSet("processor pushsim", stderr)
 	cfg.RegisterFlags(fs)
 	if err := parseFlags(fs, args); err != nil {

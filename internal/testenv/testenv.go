@@ -47,6 +47,8 @@ type Options struct {
 	NoProcessor bool
 	// Log receives logs; default discard.
 	Log io.Writer
+	// Hooks observe the processor.
+	Hooks pipeline.Hooks
 }
 
 // Env is a running pipeline.
@@ -195,7 +197,11 @@ func (e *Env) StartProcessor() *pipeline.Processor {
 	if err != nil {
 		e.tb.Fatal(err)
 	}
-	p, err := pipeline.New(e.PipelineConfig(), e.log, sender, e.Signer, e.kgoOpts())
+	var opts []pipeline.Option
+	if e.opts.Hooks != nil {
+		opts = append(opts, pipeline.WithHooks(e.opts.Hooks))
+	}
+	p, err := pipeline.New(e.PipelineConfig(), e.log, sender, e.Signer, e.kgoOpts(), opts...)
 	if err != nil {
 		e.tb.Fatal(err)
 	}
