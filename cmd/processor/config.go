@@ -15,6 +15,7 @@ import (
 	"github.com/tierpush/tierpush/internal/admin"
 	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/pipeline"
+	"github.com/tierpush/tierpush/telemetry"
 	"github.com/tierpush/tierpush/topology"
 )
 
@@ -194,10 +195,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	switch c.LogFormat {
-	case "text", "json":
-	default:
-		errs = append(errs, fmt.Errorf("--log-format: %q, want text or json", c.LogFormat))
+	if err := telemetry.ValidateFormat(c.LogFormat); err != nil {
+		errs = append(errs, err)
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)

@@ -15,6 +15,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/tierpush/tierpush/telemetry"
 )
 
 func main() {
@@ -86,19 +88,8 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, fmt.Errorf("--log-level: %q, want debug, info, warn or error", s)
-	}
-	return l, nil
-}
+func parseLevel(s string) (slog.Level, error) { return telemetry.ParseLevel(s) }
 
 func newLogger(w io.Writer, format, level string) *slog.Logger {
-	l, _ := parseLevel(level)
-	opts := &slog.HandlerOptions{Level: l}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return telemetry.NewLogger(w, format, level)
 }
