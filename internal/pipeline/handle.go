@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tierpush/tierpush/internal/event"
+	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/topology"
 )
 
@@ -107,8 +108,23 @@ func (p *Processor) route(ps *partition, r *kgo.Record) []*kgo.Record {
 		if src.Retry {
 			lateness = now.Sub(meta.Due)
 		}
+		slot, until := p.pacer.Acquire(context.Background(), pacing.Request{
+			Origin: ev.Origin(), Sub: ev.EndpointHash(), Tier: src.Tier, Retry: meta.Attempt > 0,
+		})
+		if slot == nil {
+			// Halted, paused or over the origin's queue: back to the
+			// ladder without spending an attempt.
+			res = topology.Result{Class: topology.ClassDeferred, Status: meta.Status}
+			if until.After(in.NotBefore) {
+				in.NotBefore = until
+			}
+			in.Now = p.cfg.Now()
+			p.stats.deferred(ev.Origin())
+			break
+		}
 		started := p.cfg.Now()
 		res = p.sender.Send(context.Background(), ev, ttl)
+		slot.Done(res)
 		in.Attempt = meta.Attempt + 1
 		in.Now = p.cfg.Now()
 		p.stats.sent(ev.Origin(), res)

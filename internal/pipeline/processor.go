@@ -20,6 +20,7 @@ import (
 
 	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/event"
+	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/tiers"
 	"github.com/tierpush/tierpush/topology"
 )
@@ -54,6 +55,8 @@ type Config struct {
 	// 404/410. Defaults 100,000 and 24h.
 	TombstoneSize int
 	TombstoneTTL  time.Duration
+	// Pacing paces sends per push service; its Weights come from Policy.
+	Pacing pacing.Config
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -74,6 +77,7 @@ func DefaultConfig() Config {
 		SigLifetime:    7 * 24 * time.Hour,
 		TombstoneSize:  100_000,
 		TombstoneTTL:   24 * time.Hour,
+		Pacing:         pacing.DefaultConfig(),
 		Now:            time.Now,
 	}
 }
@@ -99,6 +103,9 @@ func (c *Config) Validate() error {
 	if err := c.Policy.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Pacing.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -110,6 +117,7 @@ type Processor struct {
 	signer *topology.Signer
 	cl     *kgo.Client
 	hooks  Hooks
+	pacer  *pacing.Pacer
 
 	window chan struct{} // one token per record in flight
 	wg     sync.WaitGroup
@@ -121,6 +129,7 @@ type Processor struct {
 	stats      Stats
 	draining   atomic.Bool
 	joined     atomic.Bool
+	pacingOpts []pacing.Option
 }
 
 type topicPart struct {
@@ -134,6 +143,15 @@ type Option func(*Processor)
 // WithHooks observes the pipeline (metrics, tracing, the status table).
 func WithHooks(h Hooks) Option { return func(p *Processor) { p.hooks = h } }
 
+// WithPacingObserver receives every pacing event (cuts, breaker changes,
+// pauses).
+func WithPacingObserver(fn func(pacing.Event)) Option {
+	return func(p *Processor) { p.pacingOpts = append(p.pacingOpts, pacing.WithObserver(fn)) }
+}
+
+// Pacer is the processor's pacer (for status and metrics).
+func (p *Processor) Pacer() *pacing.Pacer { return p.pacer }
+
 // New returns a Processor consuming with group options added to kopts (seed
 // brokers, TLS, SASL, dialer and so on). sender and signer are required.
 func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.Signer, kopts []kgo.Opt, opts ...Option) (*Processor, error) {
@@ -145,6 +163,9 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	for i, t := range tiers.All {
+		cfg.Pacing.Weights[i] = cfg.Policy.Ladder(t).Weight
 	}
 	tomb, err := lru.New[string, time.Time](cfg.TombstoneSize)
 	if err != nil {
@@ -162,6 +183,10 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 	}
 	for _, o := range opts {
 		o(p)
+	}
+	popts := append([]pacing.Option{pacing.WithClock(cfg.Now)}, p.pacingOpts...)
+	if p.pacer, err = pacing.New(cfg.Pacing, popts...); err != nil {
+		return nil, fmt.Errorf("pacing: %w", err)
 	}
 	kopts = append(kopts[:len(kopts):len(kopts)],
 		kgo.ConsumerGroup(cfg.Group),
@@ -216,6 +241,7 @@ func (p *Processor) Run(ctx context.Context) error {
 // drain waits for the records in flight, commits, and leaves the group.
 func (p *Processor) drain() error {
 	p.draining.Store(true)
+	p.pacer.Close() // requests waiting for a slot go back to the ladder
 	p.mu.Lock()
 	for _, ps := range p.parts {
 		ps.mu.Lock()

@@ -60,6 +60,7 @@ type OriginStats struct {
 	Status   map[int]int64
 	Errors   int64
 	Rate429s int64
+	Deferred int64 // sends held back by pacing
 }
 
 // Snapshot is a copy of Stats at one moment.
@@ -89,8 +90,7 @@ func (s *Stats) retried(topic string) {
 	s.mu.Unlock()
 }
 
-func (s *Stats) sent(origin string, r topology.Result) {
-	s.mu.Lock()
+func (s *Stats) originLocked(origin string) *OriginStats {
 	if s.origins == nil {
 		s.origins = make(map[string]*OriginStats)
 	}
@@ -99,6 +99,18 @@ func (s *Stats) sent(origin string, r topology.Result) {
 		o = &OriginStats{Status: make(map[int]int64)}
 		s.origins[origin] = o
 	}
+	return o
+}
+
+func (s *Stats) deferred(origin string) {
+	s.mu.Lock()
+	s.originLocked(origin).Deferred++
+	s.mu.Unlock()
+}
+
+func (s *Stats) sent(origin string, r topology.Result) {
+	s.mu.Lock()
+	o := s.originLocked(origin)
 	o.Sends++
 	if r.Status == 0 {
 		o.Errors++

@@ -176,14 +176,15 @@ func (s *Server) decide(sub *subscription, org string, now time.Time) verdict {
 	if !s.limiter.allow(org, now) {
 		return verdict{status: http.StatusTooManyRequests, reason: "rate limited", retryAfter: s.retryAfter()}
 	}
-	if f := s.cfg.Fail503 + s.cfg.Fail429 + s.cfg.Fail410 + s.cfg.Fail500; f > 0 {
+	fl := s.faults.Load()
+	if f := fl.Fail503 + fl.Fail429 + fl.Fail410 + fl.Fail500; f > 0 {
 		u := rand.Float64()
 		switch {
-		case u < s.cfg.Fail503:
+		case u < fl.Fail503:
 			return verdict{status: http.StatusServiceUnavailable, reason: "injected failure"}
-		case u < s.cfg.Fail503+s.cfg.Fail429:
+		case u < fl.Fail503+fl.Fail429:
 			return verdict{status: http.StatusTooManyRequests, reason: "injected failure", retryAfter: s.retryAfter()}
-		case u < s.cfg.Fail503+s.cfg.Fail429+s.cfg.Fail410:
+		case u < fl.Fail503+fl.Fail429+fl.Fail410:
 			return verdict{status: http.StatusGone, reason: "injected failure"}
 		case u < f:
 			return verdict{status: http.StatusInternalServerError, reason: "injected failure"}

@@ -61,6 +61,7 @@ type Server struct {
 	mux     *http.ServeMux
 	pool    *x509.CertPool
 	limiter *limiter
+	faults  atomic.Pointer[Faults]
 	vapidK  []byte // cfg.VAPIDPublicKey decoded; nil accepts any key
 
 	base    atomic.Pointer[string] // set by SetBaseURL or the first Serve
@@ -104,6 +105,7 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 		closing: make(chan struct{}),
 	}
 	s.rec.keep = cfg.KeepDeliveries
+	s.faults.Store(&Faults{Fail503: cfg.Fail503, Fail429: cfg.Fail429, Fail410: cfg.Fail410, Fail500: cfg.Fail500})
 	if cfg.VAPIDPublicKey != "" {
 		k, err := parseVAPIDKey(cfg.VAPIDPublicKey)
 		if err != nil {
@@ -291,4 +293,18 @@ func (s *Server) lookup(id string) *subscription {
 func hashID(id string) string {
 	h := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(h[:4])
+}
+
+// Faults are the fractions of unscripted requests answered with an error.
+type Faults struct {
+	Fail503, Fail429, Fail410, Fail500 float64
+}
+
+// SetFaults changes the failure fractions while serving (an outage that
+// starts or ends). Fractions are clamped to 0..1.
+func (s *Server) SetFaults(f Faults) {
+	for _, p := range []*float64{&f.Fail503, &f.Fail429, &f.Fail410, &f.Fail500} {
+		*p = min(max(*p, 0), 1)
+	}
+	s.faults.Store(&f)
 }

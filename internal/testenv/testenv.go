@@ -39,6 +39,9 @@ type Options struct {
 	Virtual bool
 	// Sim configures the push simulator; zero means pushsim.DefaultConfig.
 	Sim *pushsim.Config
+	// MoreSims starts further simulators, each its own push service
+	// origin (Env.Sims[1:]).
+	MoreSims []pushsim.Config
 	// Partitions of every topic; default 4.
 	Partitions int
 	// Pipeline adjusts the processor's config.
@@ -49,21 +52,25 @@ type Options struct {
 	Log io.Writer
 	// Hooks observe the processor.
 	Hooks pipeline.Hooks
+	// ProcessorOptions are passed to pipeline.New.
+	ProcessorOptions []pipeline.Option
 }
 
 // Env is a running pipeline.
 type Env struct {
-	tb      testing.TB
-	VN      *kfake.VirtualNetwork
-	Cluster *kfake.Cluster
-	Sim     *pushsim.Server
-	Names   topology.Names
-	Policy  tiers.Policy
-	Brokers []string
-	Client  *kgo.Client // for producing events and reading results
-	Signer  *topology.Signer
-	VAPID   dispatch.VAPID
-	SimAddr string
+	tb       testing.TB
+	VN       *kfake.VirtualNetwork
+	Cluster  *kfake.Cluster
+	Sim      *pushsim.Server   // Sims[0]
+	Sims     []*pushsim.Server // one per origin
+	Names    topology.Names
+	Policy   tiers.Policy
+	Brokers  []string
+	Client   *kgo.Client // for producing events and reading results
+	Signer   *topology.Signer
+	VAPID    dispatch.VAPID
+	SimAddr  string
+	SimAddrs []string
 
 	proc   *pipeline.Processor
 	cancel context.CancelFunc
@@ -114,27 +121,30 @@ func Start(tb testing.TB, o Options) *Env {
 		tb.Fatal(err)
 	}
 	e.VAPID = dispatch.VAPID{PublicKey: pub, PrivateKey: priv, Subject: "mailto:ops@tierpush.test"}
-	simCfg.VAPIDPublicKey = pub
-	sim, err := pushsim.New(simCfg, e.log)
-	if err != nil {
-		tb.Fatalf("push simulator: %v", err)
+	for i, sc := range append([]pushsim.Config{simCfg}, o.MoreSims...) {
+		sc.VAPIDPublicKey = pub
+		sim, err := pushsim.New(sc, e.log)
+		if err != nil {
+			tb.Fatalf("push simulator: %v", err)
+		}
+		addr := "127.0.0.1:0"
+		if o.Virtual {
+			addr = fmt.Sprintf("127.0.0.1:%d", 8080+i)
+		}
+		ln, err := listen("tcp", addr)
+		if err != nil {
+			tb.Fatalf("simulator listen: %v", err)
+		}
+		if !o.Virtual {
+			addr = ln.Addr().String()
+		}
+		sim.SetBaseURL("http://" + addr)
+		go sim.Serve(ln)
+		tb.Cleanup(func() { sim.Close(context.Background()) })
+		e.Sims = append(e.Sims, sim)
+		e.SimAddrs = append(e.SimAddrs, addr)
 	}
-	e.Sim = sim
-	simAddr := "127.0.0.1:0"
-	if o.Virtual {
-		simAddr = "127.0.0.1:8080"
-	}
-	ln, err := listen("tcp", simAddr)
-	if err != nil {
-		tb.Fatalf("simulator listen: %v", err)
-	}
-	e.SimAddr = ln.Addr().String()
-	if o.Virtual {
-		e.SimAddr = simAddr
-	}
-	sim.SetBaseURL("http://" + e.SimAddr)
-	go sim.Serve(ln)
-	tb.Cleanup(func() { sim.Close(context.Background()) })
+	e.Sim, e.SimAddr = e.Sims[0], e.SimAddrs[0]
 
 	e.Signer, err = topology.NewSigner(HMACKey)
 	if err != nil {
@@ -177,7 +187,7 @@ func (e *Env) HTTPClient() dispatch.HTTPConfig {
 // PipelineConfig is the processor configuration of this Env.
 func (e *Env) PipelineConfig() pipeline.Config {
 	pc := pipeline.DefaultConfig()
-	guard, err := netguard.New(netguard.AllowInsecure(e.SimAddr))
+	guard, err := netguard.New(netguard.AllowInsecure(e.SimAddrs...))
 	if err != nil {
 		e.tb.Fatal(err)
 	}
@@ -197,7 +207,7 @@ func (e *Env) StartProcessor() *pipeline.Processor {
 	if err != nil {
 		e.tb.Fatal(err)
 	}
-	var opts []pipeline.Option
+	opts := append([]pipeline.Option(nil), e.opts.ProcessorOptions...)
 	if e.opts.Hooks != nil {
 		opts = append(opts, pipeline.WithHooks(e.opts.Hooks))
 	}

@@ -1,0 +1,151 @@
+// Package pacing decides how fast tierpush may send to each push service.
+// Per origin it keeps an adaptive concurrency limit driven by the rolling
+// share of 429 answers, a circuit breaker that halts the origin when the
+// share is high, sender-wide and per-subscription pauses from Retry-After,
+// and a weighted, work-conserving share of slots per tier with a budget for
+// retries. It sends nothing and knows nothing of Kafka: the pipeline asks
+// for a slot and reports each result.
+package pacing
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config tunes a Pacer. DefaultConfig holds the documented defaults.
+type Config struct {
+	// Enabled turns pacing on; off, every request gets a slot at once.
+	Enabled bool
+	// Window is the rolling window of attempts the 429 share is taken over.
+	Window time.Duration
+	// CutRate: above this 429 share the limit is multiplied by CutFactor,
+	// at most once per CutCooldown, judged on attempts since the last cut.
+	CutRate     float64
+	CutFactor   float64
+	CutCooldown time.Duration
+	// HaltRate: above this 429 share the breaker opens for OpenFor; then
+	// up to Probes half-open requests decide whether it closes.
+	HaltRate float64
+	// ErrorHaltRate: above this share of 5xx answers and transport errors
+	// the breaker opens too (an outage).
+	ErrorHaltRate float64
+	OpenFor       time.Duration
+	Probes        int
+	// MinSamples is how many attempts a share needs before it counts.
+	MinSamples int
+	// CalmRate, CalmFor, RaiseEvery, RaiseFactor: below CalmRate for
+	// CalmFor, the limit grows by RaiseFactor every RaiseEvery.
+	CalmRate    float64
+	CalmFor     time.Duration
+	RaiseEvery  time.Duration
+	RaiseFactor float64
+	// MaxLimit is the starting and highest concurrency per origin;
+	// MinLimit the lowest.
+	MaxLimit int
+	MinLimit int
+	// SenderWideSubs distinct subscriptions answering 429 within
+	// SenderWideWindow pause the whole origin for the Retry-After.
+	SenderWideSubs   int
+	SenderWideWindow time.Duration
+	// DefaultPause is the pause after a 429 without Retry-After.
+	DefaultPause time.Duration
+	// SubPauses bounds the LRU of paused subscriptions.
+	SubPauses int
+	// Weights are the tiers' shares of slots (tier1, tier2, tier3).
+	Weights [3]int
+	// RetryShare is the most of an origin's slots retries may hold while
+	// first attempts wait.
+	RetryShare float64
+	// QueueLimit bounds the requests waiting for one origin; past it the
+	// lowest tier waiting is deferred to the retry ladder.
+	QueueLimit int
+}
+
+// DefaultConfig: 60 s window; cut by 25% above 5% 429s (at most every 5 s);
+// halt above 20% 429s or 50% errors for 10 s, then 3 probes; +10% every
+// 30 s after 120 s below 1%; concurrency 1..512 per origin; 5 distinct
+// subscriptions throttled within 10 s pause the origin; weights 6:3:1;
+// retries at most 20% of slots while first attempts wait.
+func DefaultConfig() Config {
+	return Config{
+		Enabled:          true,
+		Window:           60 * time.Second,
+		CutRate:          0.05,
+		CutFactor:        0.75,
+		CutCooldown:      5 * time.Second,
+		HaltRate:         0.20,
+		ErrorHaltRate:    0.50,
+		OpenFor:          10 * time.Second,
+		Probes:           3,
+		MinSamples:       20,
+		CalmRate:         0.01,
+		CalmFor:          120 * time.Second,
+		RaiseEvery:       30 * time.Second,
+		RaiseFactor:      1.10,
+		MaxLimit:         512,
+		MinLimit:         1,
+		SenderWideSubs:   5,
+		SenderWideWindow: 10 * time.Second,
+		DefaultPause:     time.Second,
+		SubPauses:        100_000,
+		Weights:          [3]int{6, 3, 1},
+		RetryShare:       0.20,
+		QueueLimit:       256,
+	}
+}
+
+// Validate names the first setting out of range by its flag.
+func (c Config) Validate() error {
+	var errs []error
+	rate := func(name string, v float64) {
+		if v <= 0 || v >= 1 {
+			errs = append(errs, fmt.Errorf("--%s: %g, want a share between 0 and 1", name, v))
+		}
+	}
+	rate("pacing-cut-rate", c.CutRate)
+	rate("pacing-halt-rate", c.HaltRate)
+	rate("pacing-error-halt-rate", c.ErrorHaltRate)
+	rate("pacing-cut-factor", c.CutFactor)
+	rate("pacing-calm-rate", c.CalmRate)
+	rate("pacing-retry-share", c.RetryShare)
+	if c.CutRate >= c.HaltRate {
+		errs = append(errs, fmt.Errorf("--pacing-cut-rate: %g must be below --pacing-halt-rate %g", c.CutRate, c.HaltRate))
+	}
+	if c.RaiseFactor <= 1 || c.RaiseFactor > 4 {
+		errs = append(errs, fmt.Errorf("--pacing-raise-factor: %g, want above 1 and at most 4", c.RaiseFactor))
+	}
+	for name, d := range map[string]time.Duration{
+		"pacing-window": c.Window, "pacing-cut-cooldown": c.CutCooldown, "pacing-open-for": c.OpenFor,
+		"pacing-calm-for": c.CalmFor, "pacing-raise-every": c.RaiseEvery, "pacing-sender-wide-window": c.SenderWideWindow,
+		"pacing-default-pause": c.DefaultPause,
+	} {
+		if d < 100*time.Millisecond {
+			errs = append(errs, fmt.Errorf("--%s: %s, want at least 100ms", name, d))
+		}
+	}
+	if c.MinLimit < 1 || c.MaxLimit < c.MinLimit || c.MaxLimit > 100_000 {
+		errs = append(errs, fmt.Errorf("--pacing-max-concurrency: %d, want %d..100000", c.MaxLimit, max(c.MinLimit, 1)))
+	}
+	if c.Probes < 1 {
+		errs = append(errs, fmt.Errorf("--pacing-probes: %d, want at least 1", c.Probes))
+	}
+	if c.MinSamples < 1 {
+		errs = append(errs, fmt.Errorf("--pacing-min-samples: %d, want at least 1", c.MinSamples))
+	}
+	if c.SenderWideSubs < 1 {
+		errs = append(errs, fmt.Errorf("--pacing-sender-wide-subs: %d, want at least 1", c.SenderWideSubs))
+	}
+	if c.QueueLimit < 1 {
+		errs = append(errs, fmt.Errorf("--pacing-queue: %d, want at least 1", c.QueueLimit))
+	}
+	if c.SubPauses < 1 {
+		errs = append(errs, errors.New("pacing sub-pauses: want at least 1"))
+	}
+	for i, w := range c.Weights {
+		if w < 1 {
+			errs = append(errs, fmt.Errorf("--pacing-weights: tier%d weight %d, want at least 1", i+1, w))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,217 @@
+package pipeline_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierpush/tierpush/internal/benchplot"
+	"github.com/tierpush/tierpush/internal/pipeline"
+	"github.com/tierpush/tierpush/internal/pushsim"
+	"github.com/tierpush/tierpush/internal/testenv"
+	"github.com/tierpush/tierpush/tiers"
+)
+
+var pacingReport = flag.String("pacing.report", "", "run the full-size pacing scenario and write its figures and chart to this directory")
+
+// rateLimitRun is one run of the rate-limited origin scenario.
+type rateLimitRun struct {
+	limit, offered, seconds int
+	pacing                  bool
+
+	share429 float64 // 429s over attempts, steady state
+	goodput  float64 // 201s per second, steady state
+	events   int
+	terminal int
+	timeline []sample
+}
+
+type sample struct {
+	at                  float64 // seconds since start
+	limit               float64 // pacer limit of the origin
+	sent, ok, throttled float64 // per second
+}
+
+// runRateLimited offers events at r.offered/s for r.seconds to one origin
+// that allows r.limit requests/s (429 + Retry-After: 1 above it), on a
+// fake clock, and measures the steady state (after the first third).
+func runRateLimited(t *testing.T, r *rateLimitRun) {
+	synctest.Test(t, func(t *testing.T) {
+		sim := pushsim.DefaultConfig()
+		sim.RateLimit, sim.Burst, sim.RetryAfter = float64(r.limit), r.limit, 1 // one second of burst
+		sim.Latency, sim.LatencyJitter = 15*time.Millisecond, 10*time.Millisecond
+		sim.VerifyEvery = 50
+		sim.KeepDeliveries = 1
+		env := testenv.Start(t, testenv.Options{Virtual: true, Sim: &sim, Partitions: 8, Pipeline: func(pc *pipeline.Config) {
+			pc.Pacing.Enabled = r.pacing
+			pc.MaxInFlight = 4096
+		}})
+		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Hour)
+		defer cancel()
+		subs := make([]pushsim.Subscription, 500)
+		for i := range subs {
+			subs[i] = env.Sim.Subscribe()
+		}
+
+		start := time.Now()
+		var wg sync.WaitGroup
+		done := make(chan struct{})
+		wg.Go(func() { // the sampler
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			var last pushsim.Stats
+			for {
+				select {
+				case <-done:
+					return
+				case <-tick.C:
+				}
+				st := env.Sim.Stats()
+				s := sample{at: time.Since(start).Seconds(), sent: float64(st.Requests - last.Requests),
+					ok: float64(st.ByStatus[201] - last.ByStatus[201]), throttled: float64(st.ByStatus[429] - last.ByStatus[429])}
+				if ls := env.Processor().Pacer().Lanes(); len(ls) > 0 {
+					s.limit = float64(ls[0].Limit)
+				}
+				r.timeline = append(r.timeline, s)
+				last = st
+			}
+		})
+		n := 0
+		per := r.offered / 100
+		for tick := 0; tick < r.seconds*100; tick++ {
+			recs := make([]*kgo.Record, 0, per)
+			for range per {
+				sub := subs[n%len(subs)]
+				tier := tiers.Tier3
+				switch n % 10 {
+				case 0, 1:
+					tier = tiers.Tier1
+				case 2, 3, 4:
+					tier = tiers.Tier2
+				}
+				recs = append(recs, &kgo.Record{Topic: env.Names.Tier(tier), Key: []byte(sub.ID),
+					Value: testenv.Event(fmt.Sprintf("rl-%d", n), sub, "x", map[string]any{"ttl": 900})})
+				n++
+			}
+			env.Client.Produce(ctx, recs[0], nil)
+			for _, rec := range recs[1:] {
+				env.Client.Produce(ctx, rec, nil)
+			}
+			time.Sleep(10 * time.Millisecond) // the offered rate, on the fake clock
+		}
+		r.events = n
+		got, err := env.ReadOutcomes(ctx, n)
+		close(done)
+		wg.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.terminal = len(got)
+		var sent, ok, thr float64
+		steady := 0
+		for _, s := range r.timeline {
+			if s.at > float64(r.seconds)/3 && s.at <= float64(r.seconds) {
+				sent, ok, thr = sent+s.sent, ok+s.ok, thr+s.throttled
+				steady++
+			}
+		}
+		if sent > 0 {
+			r.share429 = thr / sent
+		}
+		if steady > 0 {
+			r.goodput = ok / float64(steady)
+		}
+	})
+}
+
+// TestPacingRateLimitedOrigin: against an origin limited to L requests/s,
+// offered 4L/s, pacing keeps the steady-state 429 share under 5% with
+// goodput at least 90% of L, and every event still ends.
+func TestPacingRateLimitedOrigin(t *testing.T) {
+	on := &rateLimitRun{limit: 200, offered: 800, seconds: 30, pacing: true}
+	if *pacingReport != "" {
+		on = &rateLimitRun{limit: 500, offered: 2000, seconds: 60, pacing: true}
+	}
+	runRateLimited(t, on)
+	if os.Getenv("PACING_TIMELINE") != "" {
+		for _, s := range on.timeline {
+			t.Logf("t=%3.0f limit=%4.0f sent=%5.0f ok=%5.0f 429=%5.0f", s.at, s.limit, s.sent, s.ok, s.throttled)
+		}
+	}
+	t.Logf("pacing on:  429 share %.2f%%, goodput %.0f/s of %d/s (%.0f%%), %d of %d events terminal",
+		100*on.share429, on.goodput, on.limit, 100*on.goodput/float64(on.limit), on.terminal, on.events)
+	if on.terminal != on.events {
+		t.Errorf("%d of %d events reached an outcome", on.terminal, on.events)
+	}
+	if on.share429 >= 0.05 {
+		t.Errorf("steady-state 429 share %.2f%%, want below 5%%", 100*on.share429)
+	}
+	if on.goodput < 0.9*float64(on.limit) {
+		t.Errorf("steady-state goodput %.0f/s, want at least 90%% of %d/s", on.goodput, on.limit)
+	}
+	if *pacingReport == "" {
+		return
+	}
+	off := &rateLimitRun{limit: on.limit, offered: on.offered, seconds: on.seconds, pacing: false}
+	runRateLimited(t, off)
+	t.Logf("pacing off: 429 share %.2f%%, goodput %.0f/s of %d/s (%.0f%%), %d of %d events terminal",
+		100*off.share429, off.goodput, off.limit, 100*off.goodput/float64(off.limit), off.terminal, off.events)
+	if err := writePacingReport(*pacingReport, on, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writePacingReport(dir string, on, off *rateLimitRun) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	summary := fmt.Sprintf("rate-limited origin: %d req/s allowed, %d events/s offered for %d s (fake clock)\n"+
+		"%-11s %12s %16s %12s\n%-11s %11.2f%% %11.0f/s %3.0f%% %6d/%d\n%-11s %11.2f%% %11.0f/s %3.0f%% %6d/%d\n",
+		on.limit, on.offered, on.seconds, "", "429 share", "goodput", "terminal",
+		"pacing on", 100*on.share429, on.goodput, 100*on.goodput/float64(on.limit), on.terminal, on.events,
+		"pacing off", 100*off.share429, off.goodput, 100*off.goodput/float64(off.limit), off.terminal, off.events)
+	fmt.Print(summary)
+	if err := os.WriteFile(filepath.Join(dir, "pacing.txt"), []byte(summary), 0o644); err != nil {
+		return err
+	}
+	series := func(r *rateLimitRun, f func(sample) float64) []benchplot.Point {
+		var pts []benchplot.Point
+		for _, s := range r.timeline {
+			pts = append(pts, benchplot.Point{X: s.at, Y: f(s)})
+		}
+		return pts
+	}
+	share := func(s sample) float64 {
+		if s.sent == 0 {
+			return 0
+		}
+		return 100 * s.throttled / s.sent
+	}
+	c := benchplot.Chart{
+		Title:  fmt.Sprintf("Pacing against a %d req/s push service, %d events/s offered", on.limit, on.offered),
+		XLabel: "seconds",
+		Panels: []benchplot.Panel{
+			{Title: "concurrency limit (pacing on)", YLabel: "requests in flight", Series: []benchplot.Series{{Name: "limit", Color: "#1f77b4", Points: series(on, func(s sample) float64 { return s.limit })}}},
+			{Title: "429 share of attempts", YLabel: "%", Series: []benchplot.Series{
+				{Name: "pacing on", Color: "#1f77b4", Points: series(on, share)},
+				{Name: "pacing off", Color: "#d62728", Points: series(off, share)}}},
+			{Title: "goodput (201 per second)", YLabel: "per second", Series: []benchplot.Series{
+				{Name: "pacing on", Color: "#1f77b4", Points: series(on, func(s sample) float64 { return s.ok })},
+				{Name: "pacing off", Color: "#d62728", Points: series(off, func(s sample) float64 { return s.ok })}}},
+		},
+	}
+	f, err := os.Create(filepath.Join(dir, "pacing.svg"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return c.WriteSVG(f)
+}
