@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdh"
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierpush/tierpush/internal/event"
+	"github.com/tierpush/tierpush/internal/testenv"
+)
+
+func TestSend(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{NoProcessor: true})
+	brokers := env.Brokers[0]
+	sub := env.Sim.Subscribe()
+	file := filepath.Join(t.TempDir(), "event.json")
+	fileEvent := testenv.Event("evt-file", sub, "from a file", map[string]any{"urgency": "low"})
+	if err := os.WriteFile(file, fileEvent, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdinEvent := testenv.Event("evt-stdin", sub, "from stdin", nil)
+	tests := []struct {
+		name      string
+		stdin     string
+		args      []string
+		topic     string
+		wantID    string
+		wantValue []byte // nil: built from flags, checked by decoding
+		check     func(t *testing.T, e *event.Event)
+	}{
+		{
+			name: "from flags",
+			args: []string{"--tier", "tier2", "--id", "evt-flags", "--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", sub.Auth,
+				"--payload", "Sale ends tonight", "--ttl", "600", "--urgency", "high", "--topic", "sale-42"},
+			topic:  "push.tier2",
+			wantID: "evt-flags",
+			check: func(t *testing.T, e *event.Event) {
+				if string(e.Payload) != "Sale ends tonight" || e.TTL != 600*time.Second || e.Urgency != "high" || e.Topic != "sale-42" || e.Endpoint != sub.Endpoint {
+					t.Errorf("event %q ttl %v urgency %q topic %q", e.Payload, e.TTL, e.Urgency, e.Topic)
+				}
+			},
+		},
+		{
+			name:      "from a file",
+			args:      []string{"--tier", "tier3", "--file", file},
+			topic:     "push.tier3",
+			wantID:    "evt-file",
+			wantValue: fileEvent,
+		},
+		{
+			name:      "from stdin",
+			stdin:     string(stdinEvent),
+			args:      []string{"--file", "-"},
+			topic:     "push.tier1",
+			wantID:    "evt-stdin",
+			wantValue: stdinEvent,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			code, stdout, stderr := runTool(t, tt.stdin, nil, append([]string{"send", "--brokers", brokers}, tt.args...)...)
+			if code != 0 {
+				t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+			}
+			if want := "produced " + tt.wantID + " to " + tt.topic + "/"; !strings.HasPrefix(stdout, want) {
+				t.Errorf("stdout %q, want it to start %q", stdout, want)
+			}
+			rs, err := env.ReadRecords(ctx, tt.topic, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rs[0]
+			if tt.wantValue != nil && !bytes.Equal(r.Value, tt.wantValue) {
+				t.Errorf("value %s, want the input unchanged %s", r.Value, tt.wantValue)
+			}
+			e, err := event.Decode(r.Value, r.Timestamp, event.DefaultRules())
+			if err != nil {
+				t.Fatalf("produced an invalid event: %v", err)
+			}
+			if e.ID != tt.wantID || string(r.Key) != e.EndpointHash() {
+				t.Errorf("id %q key %q, want %q keyed by the endpoint hash %q", e.ID, r.Key, tt.wantID, e.EndpointHash())
+			}
+			if tt.check != nil {
+				tt.check(t, e)
+			}
+		})
+	}
+}
+
+func TestSendRefusesBadEvents(t *testing.T) {
+	sub := testenv.Start(t, testenv.Options{NoProcessor: true}).Sim.Subscribe()
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"id":"x","subscription":{"endpoint":"https://fcm.googleapis.com/x"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no endpoint", []string{"--p256dh", sub.P256dh, "--auth", sub.Auth}, "subscription.endpoint"},
+		{"short auth", []string{"--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", "c2hvcnQ"}, "subscription.keys.auth"},
+		{"bad urgency", []string{"--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", sub.Auth, "--urgency", "asap"}, "urgency"},
+		{"file without keys", []string{"--file", bad}, "subscription.keys"},
+		{"missing file", []string{"--file", filepath.Join(t.TempDir(), "none.json")}, "--file"},
+		{"bad tier", []string{"--tier", "tier0"}, "--tier"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// No broker is reachable: a bad event must fail before any.
+			code, _, stderr := runTool(t, "", nil, append([]string{"send", "--brokers", "127.0.0.1:1"}, tt.args...)...)
+			if code != 2 || !strings.Contains(stderr, tt.want) {
+				t.Errorf("exit %d, want 2 naming %q; stderr:\n%s", code, tt.want, stderr)
+			}
+			if strings.Contains(stderr, sub.Auth) || strings.Contains(stderr, sub.P256dh) {
+				t.Errorf("stderr holds key material:\n%s", stderr)
+			}
+		})
+	}
+}
+
+func TestVAPID(t *testing.T) {
+	code, stdout, stderr := runTool(t, "", nil, "vapid", "--subject", "mailto:push@example.org")
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3:\n%s", len(lines), stdout)
+	}
+	env := make(map[string]string)
+	for i, key := range []string{"VAPID_PUBLIC_KEY", "VAPID_PRIVATE_KEY", "VAPID_SUBJECT"} {
+		k, v, ok := strings.Cut(lines[i], "=")
+		if !ok || k != key || v == "" {
+			t.Fatalf("line %d is %q, want %s=…", i+1, lines[i], key)
+		}
+		env[k] = v
+	}
+	if env["VAPID_SUBJECT"] != "mailto:push@example.org" {
+		t.Errorf("subject %q", env["VAPID_SUBJECT"])
+	}
+	pub, err := base64.RawURLEncoding.DecodeString(env["VAPID_PUBLIC_KEY"])
+	if err != nil {
+		t.Fatalf("public key: %v", err)
+	}
+	priv, err := base64.RawURLEncoding.DecodeString(env["VAPID_PRIVATE_KEY"])
+	if err != nil {
+		t.Fatalf("private key: %v", err)
+	}
+	key, err := ecdh.P256().NewPrivateKey(priv)
+	if err != nil {
+		t.Fatalf("private key is no P-256 scalar: %v", err)
+	}
+	if !bytes.Equal(key.PublicKey().Bytes(), pub) {
+		t.Error("the public key is not the private key's")
+	}
+
+	// Two runs, two key pairs.
+	_, again, _ := runTool(t, "", nil, "vapid")
+	if strings.Contains(again, env["VAPID_PRIVATE_KEY"]) {
+		t.Error("vapid printed the same private key twice")
+	}
+}
