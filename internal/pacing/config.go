@@ -78,7 +78,7 @@ func DefaultConfig() Config {
 		ErrorHaltRate:    0.50,
 		OpenFor:          10 * time.Second,
 		Probes:           3,
-		MinSamples:       20,
+		MinSamples:       50,
 		CalmRate:         0.01,
 		CalmFor:          120 * time.Second,
 		RaiseEvery:       30 * time.Second,
@@ -124,7 +124,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--%s: %s, want at least 100ms", name, d))
 		}
 	}
-	if c.MinLimit < 1 || c.MaxLimit < c.MinLimit || c.MaxLimit > 100_000 {
+	if c.MinLimit < 1 {
+		errs = append(errs, fmt.Errorf("--pacing-min-concurrency: %d, want at least 1", c.MinLimit))
+	} else if c.MaxLimit < c.MinLimit || c.MaxLimit > 100_000 {
 		errs = append(errs, fmt.Errorf("--pacing-max-concurrency: %d, want %d..100000", c.MaxLimit, max(c.MinLimit, 1)))
 	}
 	if c.Probes < 1 {
@@ -140,7 +142,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--pacing-queue: %d, want at least 1", c.QueueLimit))
 	}
 	if c.SubPauses < 1 {
-		errs = append(errs, errors.New("pacing sub-pauses: want at least 1"))
+		errs = append(errs, fmt.Errorf("--pacing-sub-pauses: %d, want at least 1", c.SubPauses))
 	}
 	for i, w := range c.Weights {
 		if w < 1 {

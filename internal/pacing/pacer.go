@@ -42,7 +42,7 @@ type LaneState struct {
 type Event struct {
 	At     time.Time
 	Origin string
-	Kind   string // "cut", "raise", "open", "half-open", "close", "pause"
+	Kind   string // "cut", "raise", "open", "half-open", "closed", "pause"
 	Limit  int
 	Rate   float64 // the 429 (or error) share that caused it
 	Until  time.Time
@@ -205,8 +205,8 @@ type waiter struct {
 }
 
 type bucket struct {
-	sec                         int64
-	attempts, throttled, failed int
+	sec                             int64
+	attempts, throttled, failed, ok int
 }
 
 type lane struct {
@@ -227,9 +227,27 @@ type lane struct {
 	openUntil time.Time
 	paused    time.Time
 	recent    []throttle
+	// rate caps the sends of tiers below tier 1 once the origin has
+	// throttled the sender: what it was seen to sustain, less 5%, so tier 1
+	// finds room without a 429. 0 = no cap.
+	rate      float64
+	tokens    float64
+	tokAt     time.Time
+	timer     *time.Timer // wakes waiters at the end of a pause or for a token
+	armed     time.Time   // when timer fires; zero when not armed
+	pacer     *Pacer
 	lastCut   time.Time     // decisions look at attempts since then
+	cutBase   bucket        // lastCut's second as it was at lastCut
+	// fresh counts the results of sends granted since the last cut, open
+	// or close, and after judgeFrom (also moved by a pause): what was
+	// already in flight when the pacer reacted is no evidence that the
+	// reaction was not enough.
+	fresh     bucket
+	judgeFrom time.Time
 	okSince   int           // deliveries since lastCut
 	latSince  time.Duration // their summed latency
+	busy      time.Duration // time with sends in flight since lastCut
+	busyFrom  time.Time     // when inFlight last rose from 0
 	lastRaise time.Time
 	calmSince time.Time
 }
@@ -241,7 +259,9 @@ type throttle struct {
 
 func newLane(origin string, cfg *Config, now time.Time) *lane {
 	n := max(int(cfg.Window/time.Second), 1)
-	return &lane{origin: origin, cfg: cfg, limit: float64(cfg.MaxLimit), buckets: make([]bucket, n), breaker: Closed, lastCut: now, lastRaise: now}
+	// No cut yet: the first may come at once, not CutCooldown after the
+	// lane's first request.
+	return &lane{origin: origin, cfg: cfg, limit: float64(cfg.MaxLimit), buckets: make([]bucket, n), breaker: Closed, lastCut: now.Add(-cfg.CutCooldown), lastRaise: now}
 }
 
 func tierIndex(t tiers.Tier) int {
@@ -263,7 +283,9 @@ func boolIndex(b bool) int {
 func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if now.Before(l.paused) {
+	l.pacer = p
+	ti := tierIndex(req.Tier)
+	if now.Before(l.paused) && (ti > 0 || l.paused.Sub(now) > maxHold) {
 		return nil, nil, l.paused
 	}
 	switch l.breaker {
@@ -279,13 +301,12 @@ func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time
 			return nil, nil, now.Add(l.cfg.OpenFor / 2)
 		}
 		l.probes++
-		l.inFlight++
+		l.startLocked(now)
 		return nil, &Slot{p: p, l: l, req: req, probe: true, granted: now}, time.Time{}
 	}
-	if l.waiting == 0 && l.inFlight < l.limitInt() && l.retryAllowed(req.Retry, false) {
+	if l.waiting == 0 && !now.Before(l.paused) && l.inFlight < l.limitInt() && l.retryAllowed(req.Retry, false) && l.tokenLocked(ti, now) {
 		return nil, l.grantLocked(p, req, now), time.Time{}
 	}
-	ti := tierIndex(req.Tier)
 	if l.waiting >= l.cfg.QueueLimit {
 		// Full: the lowest tier waiting yields, if it is lower than ours.
 		victim := l.evictLocked(ti)
@@ -299,7 +320,74 @@ func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time
 	q := &l.queues[ti][boolIndex(req.Retry)]
 	*q = append(*q, w)
 	l.waiting++
+	l.armLocked(now)
 	return w, nil, time.Time{}
+}
+
+// maxHold is the longest pause tier-1 requests wait out in memory rather
+// than going back to the ladder.
+const maxHold = 2 * time.Second
+
+// refillLocked adds the tokens earned since the last refill.
+func (l *lane) refillLocked(now time.Time) {
+	if l.rate == 0 {
+		return
+	}
+	if !l.tokAt.IsZero() {
+		l.tokens = min(l.tokens+l.rate*now.Sub(l.tokAt).Seconds(), max(1, l.rate/10))
+	}
+	l.tokAt = now
+}
+
+// tokenLocked takes a token for a send of tier index ti. Tier 1 always
+// gets one (it may overdraw, which holds the lower tiers back); lower
+// tiers only when one is there.
+func (l *lane) tokenLocked(ti int, now time.Time) bool {
+	if l.rate == 0 {
+		return true
+	}
+	l.refillLocked(now)
+	if ti > 0 && l.tokens < 1 {
+		return false
+	}
+	l.tokens = max(l.tokens-1, -max(1, l.rate/10))
+	return true
+}
+
+// armLocked sets the lane's timer for the moment waiters can next move:
+// the end of a pause, or the next token.
+func (l *lane) armLocked(now time.Time) {
+	if l.waiting == 0 || l.pacer == nil {
+		return
+	}
+	var at time.Time
+	switch {
+	case now.Before(l.paused):
+		at = l.paused
+	case l.rate > 0 && l.tokens < 1:
+		// Rounded up to whole milliseconds: a wait that rounds to zero
+		// would wake at the same instant, forever.
+		wait := time.Duration(math.Ceil((1 - l.tokens) / l.rate * 1000))
+		at = now.Add(max(wait, 1) * time.Millisecond)
+	default:
+		return
+	}
+	if !l.armed.IsZero() && !l.armed.After(at) {
+		return
+	}
+	l.armed = at
+	d := at.Sub(now)
+	if l.timer == nil {
+		p := l.pacer
+		l.timer = time.AfterFunc(d, func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.armed = time.Time{}
+			l.wakeLocked(p, p.now())
+		})
+		return
+	}
+	l.timer.Reset(d)
 }
 
 func (l *lane) limitInt() int { return max(int(l.limit), l.cfg.MinLimit) }
@@ -310,15 +398,23 @@ func (l *lane) retryAllowed(retry, firstsWaiting bool) bool {
 	if !retry || !firstsWaiting {
 		return true
 	}
-	return float64(l.retries) < math.Max(1, l.cfg.RetryShare*l.limit)
+	return float64(l.retries+1) <= math.Max(1, l.cfg.RetryShare*l.limit)
 }
 
 func (l *lane) grantLocked(p *Pacer, req Request, now time.Time) *Slot {
-	l.inFlight++
+	l.startLocked(now)
 	if req.Retry {
 		l.retries++
 	}
 	return &Slot{p: p, l: l, req: req, granted: now}
+}
+
+// startLocked counts a send in flight.
+func (l *lane) startLocked(now time.Time) {
+	if l.inFlight == 0 {
+		l.busyFrom = now
+	}
+	l.inFlight++
 }
 
 // evictLocked removes and returns the newest waiter of the lowest tier
@@ -362,7 +458,12 @@ func (l *lane) pickLocked() *waiter {
 		firsts = firsts || len(l.queues[t][0]) > 0
 	}
 	retryOK := l.retryAllowed(true, firsts)
-	eligible := func(t int) bool { return len(l.queues[t][0]) > 0 || (retryOK && len(l.queues[t][1]) > 0) }
+	eligible := func(t int) bool {
+		if t > 0 && l.rate > 0 && l.tokens < 1 {
+			return false // tiers below 1 wait for a token
+		}
+		return len(l.queues[t][0]) > 0 || (retryOK && len(l.queues[t][1]) > 0)
+	}
 	best, total := -1, 0
 	for t := range 3 {
 		if !eligible(t) {
@@ -396,7 +497,12 @@ func (l *lane) done(s *Slot, r topology.Result, throttled bool, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inFlight--
-	if s.req.Retry && !s.probe {
+	if l.inFlight == 0 {
+		l.busy += now.Sub(l.busyFrom)
+	}
+	if s.probe {
+		l.probes-- // also when deferred: else the lane stays half-open for good
+	} else if s.req.Retry {
 		l.retries--
 	}
 	if r.Class == topology.ClassDeferred {
@@ -407,17 +513,28 @@ func (l *lane) done(s *Slot, r topology.Result, throttled bool, now time.Time) {
 	b.attempts++
 	if throttled {
 		b.throttled++
-		l.senderWideLocked(p, s.req.Sub, r.RetryAfter, now)
 	}
 	if failed {
 		b.failed++
 	}
+	if !s.granted.Before(l.judgeFrom) {
+		l.fresh.attempts++
+		if throttled {
+			l.fresh.throttled++
+		}
+		if failed {
+			l.fresh.failed++
+		}
+	}
+	if throttled {
+		l.senderWideLocked(p, s.req.Sub, r.RetryAfter, now)
+	}
 	if r.Class == topology.ClassDelivered {
+		b.ok++
 		l.okSince++
 		l.latSince += now.Sub(s.granted)
 	}
 	if s.probe {
-		l.probes--
 		if throttled || failed {
 			l.openLocked(p, now, 1)
 		} else if l.breaker == HalfOpen {
@@ -434,27 +551,44 @@ func (l *lane) done(s *Slot, r topology.Result, throttled bool, now time.Time) {
 	l.wakeLocked(p, now)
 }
 
-// wakeLocked hands free slots to waiters, or, when the origin is halted or
-// paused, sends every waiter back to the ladder.
+// wakeLocked hands free slots to waiters. When the origin is halted every
+// waiter goes back to the ladder; when it is paused, all but tier 1 do
+// (tier 1 waits out a short pause).
 func (l *lane) wakeLocked(p *Pacer, now time.Time) {
-	if l.breaker != Closed || now.Before(l.paused) {
-		until := l.paused
-		if l.breaker != Closed {
-			until = l.openUntil
-		}
+	if l.breaker != Closed {
 		for l.waiting > 0 {
 			w := l.evictLocked(-1)
-			w.ch <- grant{until: until}
+			w.ch <- grant{until: l.openUntil}
 		}
 		return
 	}
+	if now.Before(l.paused) {
+		// Tier 1 waits out a short pause (as in admit); a longer one sends
+		// it back too, rather than blocking its caller for all of it.
+		keep := 0
+		if l.paused.Sub(now) > maxHold {
+			keep = -1
+		}
+		for {
+			w := l.evictLocked(keep)
+			if w == nil {
+				break
+			}
+			w.ch <- grant{until: l.paused}
+		}
+		l.armLocked(now)
+		return
+	}
+	l.refillLocked(now)
 	for l.waiting > 0 && l.inFlight < l.limitInt() {
 		w := l.pickLocked()
 		if w == nil {
-			return
+			break
 		}
+		l.tokenLocked(tierIndex(w.req.Tier), now)
 		w.ch <- grant{slot: l.grantLocked(p, w.req, now)}
 	}
+	l.armLocked(now)
 }
 
 func (l *lane) bucketLocked(now time.Time) *bucket {
@@ -466,11 +600,21 @@ func (l *lane) bucketLocked(now time.Time) *bucket {
 	return b
 }
 
-// sumLocked adds the buckets of the window that started at or after since.
-func (l *lane) sumLocked(now, since time.Time) (attempts, throttled, failed int) {
-	from := max(since.Unix(), now.Add(-l.cfg.Window).Unix()+1)
+// sumLocked adds the buckets of the window; sinceCut only the attempts
+// made after the last cut (buckets are whole seconds: the cut's own second
+// counts without what it held at the cut).
+func (l *lane) sumLocked(now time.Time, sinceCut bool) (attempts, throttled, failed int) {
+	from := now.Add(-l.cfg.Window).Unix() + 1
+	if sinceCut {
+		from = max(from, l.lastCut.Unix())
+	}
 	for _, b := range l.buckets {
 		if b.sec >= from && b.sec <= now.Unix() {
+			if sinceCut && b.sec == l.cutBase.sec {
+				b.attempts -= l.cutBase.attempts
+				b.throttled -= l.cutBase.throttled
+				b.failed -= l.cutBase.failed
+			}
 			attempts += b.attempts
 			throttled += b.throttled
 			failed += b.failed
@@ -484,7 +628,7 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 	// Decisions to cut or halt look only at attempts since the last one,
 	// so the window's memory of a storm already answered does not cut
 	// again and again.
-	n, t, f := l.sumLocked(now, l.lastCut)
+	n, t, f := l.fresh.attempts, l.fresh.throttled, l.fresh.failed
 	if n >= l.cfg.MinSamples {
 		r429, rErr := float64(t)/float64(n), float64(f)/float64(n)
 		switch {
@@ -497,7 +641,7 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 			return
 		}
 	}
-	n, t, _ = l.sumLocked(now, time.Time{})
+	n, t, _ = l.sumLocked(now, false)
 	if n == 0 || float64(t)/float64(n) >= l.cfg.CalmRate {
 		l.calmSince = time.Time{}
 		return
@@ -505,8 +649,11 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 	if l.calmSince.IsZero() {
 		l.calmSince = now
 	}
-	if now.Sub(l.calmSince) >= l.cfg.CalmFor && now.Sub(l.lastRaise) >= l.cfg.RaiseEvery && l.limit < float64(l.cfg.MaxLimit) {
+	if now.Sub(l.calmSince) >= l.cfg.CalmFor && now.Sub(l.lastRaise) >= l.cfg.RaiseEvery && (l.limit < float64(l.cfg.MaxLimit) || l.rate > 0) {
 		l.limit = min(max(l.limit*l.cfg.RaiseFactor, l.limit+1), float64(l.cfg.MaxLimit))
+		if l.rate > 0 {
+			l.rate *= l.cfg.RaiseFactor
+		}
 		l.lastRaise = now
 		p.observe(Event{At: now, Origin: l.origin, Kind: "raise", Limit: l.limitInt()})
 	}
@@ -518,7 +665,13 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 // service takes would otherwise need many cuts, each a burst of 429s.
 func (l *lane) cutLocked(now time.Time) {
 	next := l.limit * l.cfg.CutFactor
-	if el := now.Sub(l.lastCut).Seconds(); l.okSince >= 10 && el > 0 {
+	// Over the time sends were in flight: idle time since the last cut
+	// says nothing of what the origin sustains.
+	el := l.busy
+	if l.inFlight > 0 {
+		el += now.Sub(l.busyFrom)
+	}
+	if el := el.Seconds(); l.okSince >= 10 && el > 0 {
 		sustained := float64(l.okSince) / el * (l.latSince / time.Duration(l.okSince)).Seconds() * 1.5
 		next = min(next, math.Ceil(sustained))
 	}
@@ -529,7 +682,10 @@ func (l *lane) cutLocked(now time.Time) {
 // restartLocked starts a new period of judgement.
 func (l *lane) restartLocked(now time.Time) {
 	l.lastCut, l.calmSince = now, time.Time{}
+	l.judgeFrom, l.fresh = now, bucket{}
 	l.okSince, l.latSince = 0, 0
+	l.busy, l.busyFrom = 0, now
+	l.cutBase = *l.bucketLocked(now)
 }
 
 // openLocked halts the origin for OpenFor and cuts its limit.
@@ -560,17 +716,53 @@ func (l *lane) senderWideLocked(p *Pacer, sub string, retryAfter time.Duration, 
 	if len(distinct) < l.cfg.SenderWideSubs {
 		return
 	}
+	// And they must be more than a stray share of what was sent: at high
+	// volume a few subscriptions are always throttled on their own.
+	var attempts, throttled int
+	for _, b := range l.buckets {
+		if b.sec > cut.Unix() && b.sec <= now.Unix() {
+			attempts, throttled = attempts+b.attempts, throttled+b.throttled
+		}
+	}
+	if attempts > 0 && float64(throttled)/float64(attempts) <= l.cfg.CutRate {
+		return
+	}
 	until := now.Add(max(retryAfter, l.cfg.DefaultPause))
 	if until.After(l.paused) {
 		l.paused = until
+		// What is in flight now will be throttled too; it is not new
+		// evidence. What was judged so far stays.
+		l.judgeFrom = now
+		l.learnRateLocked(now)
 		p.observe(Event{At: now, Origin: l.origin, Kind: "pause", Limit: l.limitInt(), Until: until})
+	}
+}
+
+// learnRateLocked caps the lower tiers at 95% of the deliveries per
+// second the origin sustained over the last 10 s: the sender limit it just
+// signalled, with room left for tier 1.
+func (l *lane) learnRateLocked(now time.Time) {
+	ok, secs := 0, 0
+	for _, b := range l.buckets {
+		if b.sec > now.Unix()-10 && b.sec <= now.Unix() {
+			ok += b.ok
+			secs++
+		}
+	}
+	if ok == 0 || secs == 0 {
+		return
+	}
+	r := 0.95 * float64(ok) / float64(secs)
+	if l.rate == 0 || r < l.rate {
+		l.rate = max(r, 1)
+		l.tokens, l.tokAt = 0, now
 	}
 }
 
 func (l *lane) state(now time.Time) LaneState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n, t, _ := l.sumLocked(now, time.Time{})
+	n, t, _ := l.sumLocked(now, false)
 	rate := 0.0
 	if n > 0 {
 		rate = float64(t) / float64(n)
