@@ -230,14 +230,14 @@ type lane struct {
 	// rate caps the sends of tiers below tier 1 once the origin has
 	// throttled the sender: what it was seen to sustain, less 5%, so tier 1
 	// finds room without a 429. 0 = no cap.
-	rate      float64
-	tokens    float64
-	tokAt     time.Time
-	timer     *time.Timer // wakes waiters at the end of a pause or for a token
-	armed     time.Time   // when timer fires; zero when not armed
-	pacer     *Pacer
-	lastCut   time.Time     // decisions look at attempts since then
-	cutBase   bucket        // lastCut's second as it was at lastCut
+	rate    float64
+	tokens  float64
+	tokAt   time.Time
+	timer   *time.Timer // wakes waiters at the end of a pause or for a token
+	armed   time.Time   // when timer fires; zero when not armed
+	pacer   *Pacer
+	lastCut time.Time // decisions look at attempts since then
+	cutBase bucket    // lastCut's second as it was at lastCut
 	// fresh counts the results of sends granted since the last cut, open
 	// or close, and after judgeFrom (also moved by a pause): what was
 	// already in flight when the pacer reacted is no evidence that the
