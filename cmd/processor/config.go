@@ -14,6 +14,7 @@ import (
 
 	"github.com/tierpush/tierpush/internal/admin"
 	"github.com/tierpush/tierpush/internal/dispatch"
+	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/telemetry"
 	"github.com/tierpush/tierpush/topology"
@@ -68,6 +69,7 @@ type Config struct {
 	CommitInterval time.Duration
 
 	Topics admin.Spec
+	Pacing pacing.Config
 }
 
 // DefaultConfig returns the documented defaults (DESIGN §5).
@@ -88,6 +90,7 @@ func DefaultConfig() Config {
 		RetryJitter:    pc.Jitter,
 		CommitInterval: pc.CommitInterval,
 		Topics:         admin.DefaultSpec(),
+		Pacing:         pc.Pacing,
 	}
 }
 
@@ -115,6 +118,29 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.RetryJitter, "retry-jitter", c.RetryJitter, "share of a retry step added at random to spread retries (0..1)")
 	fs.DurationVar(&c.CommitInterval, "commit-interval", c.CommitInterval, "how often finished offsets are committed (bounds re-sends after a crash)")
 	registerTopicFlags(fs, &c.Topics)
+	registerPacingFlags(fs, &c.Pacing)
+}
+
+func registerPacingFlags(fs *flag.FlagSet, p *pacing.Config) {
+	fs.BoolVar(&p.Enabled, "pacing", p.Enabled, "adaptive pacing per push service (false sends as fast as the window allows)")
+	fs.DurationVar(&p.Window, "pacing-window", p.Window, "rolling window of the 429 share")
+	fs.Float64Var(&p.CutRate, "pacing-cut-rate", p.CutRate, "429 share above which an origin's concurrency is cut")
+	fs.Float64Var(&p.CutFactor, "pacing-cut-factor", p.CutFactor, "what a cut keeps of the concurrency limit")
+	fs.DurationVar(&p.CutCooldown, "pacing-cut-cooldown", p.CutCooldown, "least time between two cuts")
+	fs.Float64Var(&p.HaltRate, "pacing-halt-rate", p.HaltRate, "429 share above which an origin is halted (breaker open)")
+	fs.Float64Var(&p.ErrorHaltRate, "pacing-error-halt-rate", p.ErrorHaltRate, "5xx and transport error share above which an origin is halted")
+	fs.DurationVar(&p.OpenFor, "pacing-open-for", p.OpenFor, "how long a halted origin waits before half-open probes")
+	fs.IntVar(&p.Probes, "pacing-probes", p.Probes, "half-open probe requests")
+	fs.IntVar(&p.MinSamples, "pacing-min-samples", p.MinSamples, "attempts a share needs before it counts")
+	fs.Float64Var(&p.CalmRate, "pacing-calm-rate", p.CalmRate, "429 share below which an origin counts as calm")
+	fs.DurationVar(&p.CalmFor, "pacing-calm-for", p.CalmFor, "calm time before the limit grows")
+	fs.DurationVar(&p.RaiseEvery, "pacing-raise-every", p.RaiseEvery, "how often a calm origin's limit grows")
+	fs.Float64Var(&p.RaiseFactor, "pacing-raise-factor", p.RaiseFactor, "growth of a calm origin's limit")
+	fs.IntVar(&p.MaxLimit, "pacing-max-concurrency", p.MaxLimit, "starting and highest concurrency per push service")
+	fs.IntVar(&p.SenderWideSubs, "pacing-sender-wide-subs", p.SenderWideSubs, "distinct throttled subscriptions that pause a whole origin")
+	fs.DurationVar(&p.SenderWideWindow, "pacing-sender-wide-window", p.SenderWideWindow, "window of the sender-wide rule")
+	fs.Float64Var(&p.RetryShare, "pacing-retry-share", p.RetryShare, "most of an origin's slots retries may hold while first sends wait")
+	fs.IntVar(&p.QueueLimit, "pacing-queue", p.QueueLimit, "sends waiting per origin before the lowest tier goes back to the ladder")
 }
 
 func registerTopicFlags(fs *flag.FlagSet, s *admin.Spec) {
@@ -231,6 +257,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.Topics.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Pacing.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

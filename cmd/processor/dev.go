@@ -15,6 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/tiers"
@@ -32,12 +33,13 @@ func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	// Logs would scroll the status table away: keep warnings only.
 	log = newLogger(io.Discard, cfg.LogFormat, cfg.LogLevel)
 
-	// "fcm": a failure mix; "autopush": a 300 req/s rate limit.
+	// One push service with a failure mix, one that allows 80 requests/s
+	// (half the workload), so pacing has work to do.
 	mix := pushsim.DefaultConfig()
 	mix.Fail503, mix.Fail429, mix.Fail410, mix.Fail500 = 0.05, 0.03, 0.01, 0.01
 	mix.Latency, mix.LatencyJitter = 15*time.Millisecond, 40*time.Millisecond
 	limited := pushsim.DefaultConfig()
-	limited.RateLimit, limited.Burst = 300, 50
+	limited.RateLimit, limited.Burst = 80, 80
 	limited.Latency, limited.LatencyJitter = 10*time.Millisecond, 20*time.Millisecond
 
 	var sims []*pushsim.Server
@@ -58,7 +60,7 @@ func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	defer cancel()
 	return serve(ctx, cfg, log, func(p *pipeline.Processor) {
 		names := topology.Names{Prefix: cfg.TopicPrefix}
-		wg.Go(func() { devWorkload(ctx, p.Client(), names, sims, 150) })
+		wg.Go(func() { devWorkload(ctx, p.Client(), names, sims, 160) })
 		wg.Go(func() { statusTable(ctx, stdout, p, sims) })
 	})
 }
@@ -131,11 +133,15 @@ func statusTable(ctx context.Context, w io.Writer, p *pipeline.Processor, sims [
 		case <-tick.C:
 		}
 		fmt.Fprint(w, "\033[H\033[2J")
-		fmt.Fprint(w, renderStatus(p.Stats().Snapshot(), p.Held(), time.Since(start)))
+		fmt.Fprint(w, renderStatus(p.Stats().Snapshot(), p.Held(), p.Pacer().Lanes(), time.Since(start)))
 	}
 }
 
-func renderStatus(s pipeline.Snapshot, held map[string]int, up time.Duration) string {
+func renderStatus(s pipeline.Snapshot, held map[string]int, lanes []pacing.LaneState, up time.Duration) string {
+	byOrigin := make(map[string]pacing.LaneState, len(lanes))
+	for _, l := range lanes {
+		byOrigin[l.Origin] = l
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "tierpush --dev   up %s   (Ctrl-C to stop)\n\n", up.Truncate(time.Second))
 	fmt.Fprintf(&b, "  delivered %-10d gone %-10d\n\n", s.Delivered, s.Gone)
@@ -147,7 +153,7 @@ func renderStatus(s pipeline.Snapshot, held map[string]int, up time.Duration) st
 	for _, r := range pipeline.SortedKeys(s.DLQ) {
 		fmt.Fprintf(&b, "  %-32s %12d\n", r, s.DLQ[r])
 	}
-	fmt.Fprintf(&b, "\n  %-32s %10s %10s %10s\n", "push service", "sends", "429 rate", "errors")
+	fmt.Fprintf(&b, "\n  %-24s %9s %9s %8s %8s %7s %10s\n", "push service", "sends", "429 rate", "errors", "deferred", "limit", "breaker")
 	for _, o := range pipeline.SortedKeys(s.Origins) {
 		st := s.Origins[o]
 		rate := 0.0
@@ -158,7 +164,8 @@ func renderStatus(s pipeline.Snapshot, held map[string]int, up time.Duration) st
 		if u, err := url.Parse(o); err == nil {
 			host = u.Host
 		}
-		fmt.Fprintf(&b, "  %-32s %10d %9.1f%% %10d\n", host, st.Sends, rate, st.Errors)
+		l := byOrigin[o]
+		fmt.Fprintf(&b, "  %-24s %9d %8.1f%% %8d %8d %7d %10s\n", host, st.Sends, rate, st.Errors, st.Deferred, l.Limit, l.Breaker)
 	}
 	return b.String()
 }

@@ -5,8 +5,16 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/internal/pipeline"
 )
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // metricsHandler serves the processor's counters in the Prometheus text
 // format.
@@ -31,6 +39,12 @@ func metricsHandler(p *pipeline.Processor) http.Handler {
 				fmt.Fprintf(w, "tierpush_sends_total{origin=%q,status=%q} %d\n", o, strconv.Itoa(st), n)
 			}
 			fmt.Fprintf(w, "tierpush_sends_total{origin=%q,status=\"error\"} %d\n", o, s.Origins[o].Errors)
+		}
+		fmt.Fprintf(w, "# TYPE tierpush_pacing_limit gauge\n")
+		for _, l := range p.Pacer().Lanes() {
+			fmt.Fprintf(w, "tierpush_pacing_limit{origin=%q} %d\n", l.Origin, l.Limit)
+			fmt.Fprintf(w, "tierpush_pacing_429_share{origin=%q} %g\n", l.Origin, l.Rate429)
+			fmt.Fprintf(w, "tierpush_pacing_breaker_open{origin=%q} %d\n", l.Origin, b2i(l.Breaker != pacing.Closed))
 		}
 	})
 }

@@ -93,6 +93,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	pc.Jitter = cfg.RetryJitter
 	pc.DrainTimeout = cfg.DrainTimeout
 	pc.CommitInterval = cfg.CommitInterval
+	pc.Pacing = cfg.Pacing
 	pc.Rules = event.DefaultRules()
 	pc.Rules.DefaultTTL = cfg.DefaultTTL
 	pc.Rules.Guard = guard
