@@ -70,6 +70,11 @@ type Config struct {
 
 	Topics admin.Spec
 	Pacing pacing.Config
+
+	// Security (security.go, kafka.go).
+	Files     secretFiles
+	Endpoints endpointPolicy
+	Kafka     kafkaSecurity
 }
 
 // DefaultConfig returns the documented defaults (DESIGN §5).
@@ -119,6 +124,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CommitInterval, "commit-interval", c.CommitInterval, "how often finished offsets are committed (bounds re-sends after a crash)")
 	registerTopicFlags(fs, &c.Topics)
 	registerPacingFlags(fs, &c.Pacing)
+	c.registerSecurityFlags(fs)
 }
 
 func registerPacingFlags(fs *flag.FlagSet, p *pacing.Config) {
@@ -189,6 +195,9 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 
 // finish applies the VAPID_* env fallbacks and checks the whole config.
 func (c *Config) finish() error {
+	if err := c.loadSecretFiles(); err != nil {
+		return usageError(err)
+	}
 	envDefault(&c.VAPIDPublicKey, "VAPID_PUBLIC_KEY")
 	envDefault(&c.VAPIDPrivateKey, "VAPID_PRIVATE_KEY")
 	envDefault(&c.VAPIDSubject, "VAPID_SUBJECT")
@@ -260,6 +269,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Pacing.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.validateSecurity(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -9,11 +9,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	webpush "github.com/SherClockHolmes/webpush-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/tierpush/tierpush/internal/admin"
 	"github.com/tierpush/tierpush/internal/broker"
@@ -21,6 +23,7 @@ import (
 	"github.com/tierpush/tierpush/internal/event"
 	"github.com/tierpush/tierpush/internal/netguard"
 	"github.com/tierpush/tierpush/internal/pipeline"
+	"github.com/tierpush/tierpush/telemetry"
 	"github.com/tierpush/tierpush/tiers"
 	"github.com/tierpush/tierpush/topology"
 )
@@ -60,14 +63,23 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	kopts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID("tierpush"),
+		kgo.WithLogger(kslog.New(log.With("component", "kafka"))),
+	}
+	sec, err := cfg.Kafka.opts() // TLS and SASL (kafka.go)
+	if err != nil {
+		return usageError(err)
+	}
+	kopts = append(kopts, sec...)
+	if cfg.Kafka.TLSInsecureSkipVerify {
+		log.Warn("kafka TLS certificates are not verified (--kafka-tls-insecure-skip-verify): test clusters only")
 	}
 	if err := ensureTopics(ctx, kopts, names, &policy, cfg.Topics, log); err != nil {
 		return err
 	}
 
-	guard, err := netguard.New(netguard.AllowInsecure(cfg.AllowInsecure...))
+	guard, err := netguard.New(cfg.guardOptions()...)
 	if err != nil {
-		return usageError(fmt.Errorf("--allow-insecure-endpoint: %w", err))
+		return usageError(fmt.Errorf("endpoint policy: %w", err))
 	}
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	hc := dispatch.NewHTTPClient(dispatch.HTTPConfig{DialContext: guard.DialContext(dialer)})
@@ -97,12 +109,38 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	pc.Rules = event.DefaultRules()
 	pc.Rules.DefaultTTL = cfg.DefaultTTL
 	pc.Rules.Guard = guard
-	p, err := pipeline.New(pc, log, sender, signer, kopts)
+	tp, stopTracing, err := telemetry.NewTracerProvider(ctx)
+	if err != nil {
+		return usageError(err)
+	}
+	defer flush(stopTracing, log)
+	metrics, err := telemetry.NewMetrics(ctx)
+	if err != nil {
+		return err
+	}
+	defer flush(metrics.Shutdown, log)
+	popts := []pipeline.Option{pipeline.WithHooks(metrics)}
+	if telemetry.TracingEnabled() {
+		popts = append(popts, pipeline.WithTracing(telemetry.NewKafkaTracer(tp, "tierpush", cfg.Group), tp))
+		log.Info("tracing on", "endpoint", firstEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"))
+	}
+	kopts = append(kopts, kgo.WithHooks(metrics.KafkaMeter()))
+	p, err := pipeline.New(pc, log, sender, signer, kopts, popts...)
 	if err != nil {
 		return fmt.Errorf("start pipeline: %w", err)
 	}
+	adm := kadm.NewClient(p.Client())
+	if err := metrics.Observe(telemetry.Gauges{
+		Lanes:    p.Pacer().Lanes,
+		InFlight: p.InFlight,
+		Lag: func(ctx context.Context) (map[string]telemetry.Lag, error) {
+			return groupLag(ctx, adm, cfg.Group, p.Held())
+		},
+	}); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	if cfg.HTTPAddr != "" {
-		stopHTTP, err := serveHTTP(cfg.HTTPAddr, p, log)
+		stopHTTP, err := serveHTTP(cfg.HTTPAddr, p, metrics.Handler(), log)
 		if err != nil {
 			return usageError(fmt.Errorf("--http-addr: %w", err))
 		}
@@ -145,7 +183,7 @@ func ensureTopics(ctx context.Context, kopts []kgo.Opt, names topology.Names, p 
 }
 
 // serveHTTP serves /healthz, /readyz and /metrics.
-func serveHTTP(addr string, p *pipeline.Processor, log *slog.Logger) (stop func(), err error) {
+func serveHTTP(addr string, p *pipeline.Processor, metrics http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -159,7 +197,7 @@ func serveHTTP(addr string, p *pipeline.Processor, log *slog.Logger) (stop func(
 		}
 		io.WriteString(w, "ready\n")
 	})
-	mux.Handle("GET /metrics", metricsHandler(p))
+	mux.Handle("GET /metrics", metrics)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -191,4 +229,54 @@ func newDevIdentity(cfg *Config) error {
 		cfg.HMACKey = fmt.Sprintf("%x", k)
 	}
 	return nil
+}
+
+// flush runs a telemetry shutdown with a bound, logging a failure.
+func flush(shutdown func(context.Context) error, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := shutdown(ctx); err != nil {
+		log.Warn("telemetry flush", "err", err)
+	}
+}
+
+func firstEnv(keys ...string) string {
+	for _, k := range keys {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// groupLag is the consumer lag of the group per topic; held counts, per
+// retry topic, the records this process holds until due.
+func groupLag(ctx context.Context, adm *kadm.Client, group string, held map[string]int) (map[string]telemetry.Lag, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lags, err := adm.Lag(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]telemetry.Lag)
+	for _, gl := range lags {
+		if gl.Error() != nil {
+			return nil, gl.Error()
+		}
+		for topic, parts := range gl.Lag {
+			l := out[topic]
+			for _, pl := range parts {
+				if pl.Lag > 0 {
+					l.Total += pl.Lag
+				}
+			}
+			out[topic] = l
+		}
+	}
+	for topic, n := range held {
+		l := out[topic]
+		l.NotDue = min(int64(n), l.Total)
+		out[topic] = l
+	}
+	return out, nil
 }

@@ -26,11 +26,13 @@ import (
 type kafkaFlags struct {
 	Brokers     listFlag
 	TopicPrefix string
+	Security    kafkaSecurity // TLS and SASL (kafka.go)
 }
 
 func (k *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.Var(&k.Brokers, "brokers", "Kafka seed brokers (default 127.0.0.1:9092, the embedded broker)")
 	fs.StringVar(&k.TopicPrefix, "topic-prefix", topology.DefaultPrefix, "prefix of every topic name")
+	k.Security.register(fs)
 }
 
 func (k *kafkaFlags) client(extra ...kgo.Opt) (*kgo.Client, error) {
@@ -38,7 +40,12 @@ func (k *kafkaFlags) client(extra ...kgo.Opt) (*kgo.Client, error) {
 	if len(brokers) == 0 {
 		brokers = listFlag{"127.0.0.1:9092"}
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID("tierpush-cli")}, extra...)...)
+	sec, err := k.security()
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID("tierpush-cli")}, sec...)
+	cl, err := kgo.NewClient(append(opts, extra...)...)
 	if err != nil {
 		return nil, usageError(fmt.Errorf("--brokers: %w", err))
 	}

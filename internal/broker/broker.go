@@ -24,12 +24,17 @@ type Config struct {
 	DataDir string
 	// Partitions is the default partition count of auto-created topics.
 	Partitions int
-	// TLS, when set, serves TLS.
+	// TLS, when set, serves TLS (the processor's embedded broker never
+	// does: it is plaintext on loopback; tests use it).
 	TLS *tls.Config
-	// SASL users: method (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), user, pass.
+	// Users turns on SASL with these principals: method (PLAIN,
+	// SCRAM-SHA-256, SCRAM-SHA-512), user, pass. Default: no SASL.
 	Users []User
 	// Listen overrides net.Listen (tests with an in-memory network).
 	Listen func(network, address string) (net.Listener, error)
+	// Configs are broker-level configs (kfake.BrokerConfigs), for example
+	// "message.max.bytes". Default: kfake's defaults.
+	Configs map[string]string
 }
 
 // User is a SASL principal of the embedded broker.
@@ -69,6 +74,9 @@ func Start(cfg Config, log *slog.Logger) (*kfake.Cluster, error) {
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, kfake.TLS(cfg.TLS))
+	}
+	if len(cfg.Configs) > 0 {
+		opts = append(opts, kfake.BrokerConfigs(cfg.Configs))
 	}
 	if len(cfg.Users) > 0 {
 		opts = append(opts, kfake.EnableSASL())

@@ -18,6 +18,7 @@ import (
 
 // latencies collects the retry lateness the processor reports.
 type latencies struct {
+	pipeline.NopHooks
 	mu sync.Mutex
 	d  []time.Duration
 }
@@ -30,7 +31,6 @@ func (l *latencies) Sent(s pipeline.SendInfo) {
 	l.d = append(l.d, s.Lateness)
 	l.mu.Unlock()
 }
-func (l *latencies) Finished(pipeline.FinishInfo) {}
 
 func (l *latencies) quantile(q float64) time.Duration {
 	l.mu.Lock()

@@ -9,16 +9,28 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tierpush/tierpush/internal/event"
 	"github.com/tierpush/tierpush/internal/pacing"
+	"github.com/tierpush/tierpush/tiers"
 	"github.com/tierpush/tierpush/topology"
 )
 
 // handle routes one record and produces what it leads to; the record counts
 // as finished once every produced record is acknowledged.
 func (p *Processor) handle(ps *partition, t *tracked) {
-	outs := p.route(ps, t.rec)
+	ctx := context.Background()
+	if p.kt != nil {
+		// The process span continues the record's trace (upstream's, or
+		// the retry hop's); every record produced below is its child.
+		var span trace.Span
+		ctx, span = p.kt.WithProcessSpan(t.rec)
+		defer span.End()
+	}
+	outs := p.route(ctx, ps, t)
 	if len(outs) == 0 {
 		p.complete(ps, t, true)
 		return
@@ -27,7 +39,8 @@ func (p *Processor) handle(ps *partition, t *tracked) {
 	var failed atomic.Bool
 	left.Store(int32(len(outs)))
 	for _, o := range outs {
-		p.cl.Produce(context.Background(), o, func(r *kgo.Record, err error) {
+		o.Context = ctx
+		p.cl.Produce(ctx, o, func(r *kgo.Record, err error) {
 			if err != nil {
 				failed.Store(true)
 				if !errors.Is(err, kgo.ErrClientClosed) {
@@ -43,25 +56,28 @@ func (p *Processor) handle(ps *partition, t *tracked) {
 
 // route decides where one consumed record goes and builds the records to
 // produce. It never fails: whatever cannot be sent goes to the DLQ.
-func (p *Processor) route(ps *partition, r *kgo.Record) []*kgo.Record {
+func (p *Processor) route(ctx context.Context, ps *partition, t *tracked) []*kgo.Record {
+	r := t.rec
 	now := p.cfg.Now()
 	src := ps.src
 	meta := topology.Meta{FirstSeen: now, Origin: topology.OriginOf(r)}
 	if src.Retry {
 		if err := p.signer.Verify(r, now); err != nil {
-			p.stats.dead(topology.ReasonBadSignature)
 			p.log.Warn("retry record refused", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+			meta.RedriveCount = redriveCount(r) // a forger can only lower it
 			// Not ours: no outcome, the event id in it cannot be trusted.
 			return []*kgo.Record{p.deadLetter(r, meta, topology.ReasonBadSignature, err.Error())}
 		}
 		m, err := topology.DecodeMeta(r.Headers)
 		if err != nil {
 			// Signed by us, so this is a bug, not an attack; keep the record.
+			meta.RedriveCount = redriveCount(r)
 			return []*kgo.Record{p.deadLetter(r, meta, topology.ReasonInvalidEvent, err.Error())}
 		}
 		meta = m
-	} else if m, err := topology.DecodeMeta(r.Headers); err == nil {
-		meta.RedriveCount = m.RedriveCount
+		p.holdSpan(ctx, t, src, meta.Due, now)
+	} else {
+		meta.RedriveCount = redriveCount(r)
 	}
 
 	ev, err := event.Decode(r.Value, r.Timestamp, p.cfg.Rules)
@@ -71,7 +87,7 @@ func (p *Processor) route(ps *partition, r *kgo.Record) []*kgo.Record {
 		if errors.As(err, &ee) {
 			reason = topology.Reason(ee.Reason)
 		}
-		p.stats.dead(reason)
+		trace.SpanFromContext(ctx).SetStatus(codes.Error, string(reason))
 		outs := []*kgo.Record{p.deadLetter(r, meta, reason, msg)}
 		if id := idOf(r.Value); id != "" {
 			outs = append(outs, p.outcome(r, meta, outcomeInfo{
@@ -80,35 +96,39 @@ func (p *Processor) route(ps *partition, r *kgo.Record) []*kgo.Record {
 		}
 		return outs
 	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("push.event_id", ev.ID), attribute.String("push.origin", ev.Origin()))
 
 	in := topology.Input{Tier: src.Tier, Attempt: meta.Attempt, NotBefore: meta.NotBefore, Now: now}
 	if ev.TTL > 0 {
 		in.Deadline = ev.CreatedAt.Add(ev.TTL)
 	}
+	expired := topology.Decision{Action: topology.ActionDeadLetter, Outcome: topology.OutcomeExpired, Reason: topology.ReasonTTLExpired}
 	var res topology.Result
+	var span trace.Span // the send's span, ended once the result is routed
 	switch {
 	case meta.NotBefore.After(now):
 		// A hop through the last step: Retry-After is not honoured yet.
 		res = topology.Result{Class: topology.ClassDeferred, Status: meta.Status}
+		trace.SpanFromContext(ctx).AddEvent("push.hop", trace.WithAttributes(attribute.String("push.not_before", meta.NotBefore.UTC().Format(time.RFC3339Nano))))
 	case p.isGone(ev, now):
 		res = topology.Result{Class: topology.ClassGone, Status: meta.Status}
+		trace.SpanFromContext(ctx).AddEvent("push.tombstoned")
 	default:
 		ttl := time.Duration(0)
 		if ev.TTL > 0 {
 			ttl = in.Deadline.Sub(now).Truncate(time.Second)
 			if ttl < time.Second {
-				p.stats.dead(topology.ReasonTTLExpired)
-				return p.terminal(r, ev, meta, topology.Decision{Action: topology.ActionDeadLetter, Outcome: topology.OutcomeExpired, Reason: topology.ReasonTTLExpired}, res, now)
+				return p.terminal(r, ev, meta, expired, res, now)
 			}
 		} else if meta.Attempt > 0 {
 			// TTL 0: deliver now or never; there is no retry.
-			return p.terminal(r, ev, meta, topology.Decision{Action: topology.ActionDeadLetter, Outcome: topology.OutcomeExpired, Reason: topology.ReasonTTLExpired}, res, now)
+			return p.terminal(r, ev, meta, expired, res, now)
 		}
 		lateness := time.Duration(0)
 		if src.Retry {
 			lateness = now.Sub(meta.Due)
 		}
-		slot, until := p.pacer.Acquire(context.Background(), pacing.Request{
+		slot, until := p.pacer.Acquire(ctx, pacing.Request{
 			Origin: ev.Origin(), Sub: ev.EndpointHash(), Tier: src.Tier, Retry: meta.Attempt > 0,
 		})
 		if slot == nil {
@@ -120,34 +140,95 @@ func (p *Processor) route(ps *partition, r *kgo.Record) []*kgo.Record {
 			}
 			in.Now = p.cfg.Now()
 			p.stats.deferred(ev.Origin())
+			trace.SpanFromContext(ctx).AddEvent("push.deferred_by_pacing", trace.WithAttributes(attribute.String("push.not_before", until.UTC().Format(time.RFC3339Nano))))
 			break
 		}
 		started := p.cfg.Now()
-		res = p.sender.Send(context.Background(), ev, ttl)
+		var sctx context.Context
+		sctx, span = p.tracer.Start(ctx, "push.send", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+			attribute.String("push.event_id", ev.ID),
+			attribute.Int("push.attempt", meta.Attempt+1),
+			attribute.String("push.tier", src.Tier.String()),
+			attribute.String("push.step", stepName(src)),
+			attribute.String("push.origin", ev.Origin()),
+			attribute.String("push.subscription", ev.EndpointHash()),
+			attribute.Int64("push.ttl_s", int64(ttl/time.Second)),
+			attribute.Float64("push.held_late_s", lateness.Seconds()),
+		))
+		res = p.sender.Send(sctx, ev, ttl)
 		slot.Done(res)
 		in.Attempt = meta.Attempt + 1
 		in.Now = p.cfg.Now()
+		span.SetAttributes(attribute.Int("http.response.status_code", res.Status), attribute.String("push.class", res.Class.String()))
+		if res.RetryAfter > 0 {
+			span.SetAttributes(attribute.Float64("push.retry_after_s", res.RetryAfter.Seconds()))
+		}
+		if res.Class != topology.ClassDelivered {
+			span.SetStatus(codes.Error, res.Err)
+		}
 		p.stats.sent(ev.Origin(), res)
 		p.hooks.Sent(SendInfo{Tier: src.Tier, Step: stepName(src), Origin: ev.Origin(), Attempt: in.Attempt, Result: res, Took: in.Now.Sub(started), Lateness: lateness})
 		if ev.TTL == 0 && res.Class == topology.ClassRetryable {
 			meta.Attempt, meta.Status = in.Attempt, res.Status
-			return p.terminal(r, ev, meta, topology.Decision{Action: topology.ActionDeadLetter, Outcome: topology.OutcomeExpired, Reason: topology.ReasonTTLExpired}, res, in.Now)
+			endSend(span, expired)
+			return p.terminal(r, ev, meta, expired, res, in.Now)
 		}
 	}
 	in.Result = res
 	d := topology.Decide(&p.cfg.Policy, in)
+	endSend(span, d)
 	meta.Attempt = in.Attempt
 	if res.Status != 0 {
 		meta.Status = res.Status
 	}
 	if d.Action == topology.ActionRetry {
+		p.hooks.Retried(RetryInfo{Tier: src.Tier, Step: tiers.StepName(d.Delay), Deferred: res.Class == topology.ClassDeferred, RetryAfter: res.RetryAfter > 0})
 		return []*kgo.Record{p.retry(r, src, meta, d, in.Now)}
 	}
-	switch d.Reason {
-	case topology.ReasonGone:
+	if d.Reason == topology.ReasonGone {
 		p.tombstones.Add(ev.EndpointHash(), in.Now.Add(p.cfg.TombstoneTTL))
 	}
 	return p.terminal(r, ev, meta, d, res, in.Now)
+}
+
+// endSend records where the send's result was routed and ends its span.
+func endSend(span trace.Span, d topology.Decision) {
+	if span == nil {
+		return
+	}
+	next := string(d.Outcome)
+	if d.Action == topology.ActionRetry {
+		next = "retry " + tiers.StepName(d.Delay)
+	}
+	span.SetAttributes(attribute.String("push.outcome", next))
+	if d.Reason != "" {
+		span.SetAttributes(attribute.String("push.reason", string(d.Reason)))
+	}
+	span.End()
+}
+
+// holdSpan records how long a retry record was held before its send.
+func (p *Processor) holdSpan(ctx context.Context, t *tracked, src topology.Source, due, now time.Time) {
+	_, s := p.tracer.Start(ctx, "push.hold", trace.WithTimestamp(t.received), trace.WithAttributes(
+		attribute.String("push.step", stepName(src)),
+		attribute.String("push.due", due.UTC().Format(time.RFC3339Nano)),
+		attribute.Float64("push.lateness_s", now.Sub(due).Seconds()),
+	))
+	s.End(trace.WithTimestamp(now))
+}
+
+// redriveCount reads push-redrive-count alone, so a malformed neighbour
+// header cannot reset the DLQ loop guard.
+func redriveCount(r *kgo.Record) int {
+	for _, h := range r.Headers {
+		if h.Key == topology.HeaderRedriveCount {
+			m, err := topology.DecodeMeta([]kgo.RecordHeader{h})
+			if err == nil {
+				return m.RedriveCount
+			}
+		}
+	}
+	return 0
 }
 
 func stepName(src topology.Source) string {
@@ -201,7 +282,6 @@ func (p *Processor) terminal(r *kgo.Record, e *event.Event, meta topology.Meta, 
 			out = append(out, p.goneEvent(r, e, meta.Status, now))
 		}
 	default:
-		p.stats.dead(d.Reason)
 		out = append(out, p.deadLetter(r, meta, d.Reason, res.Err))
 	}
 	return append(out, p.outcome(r, meta, info))
@@ -214,6 +294,8 @@ func (p *Processor) tierOf(r *kgo.Record) string {
 
 // deadLetter builds the DLQ record: the event intact, the reason in headers.
 func (p *Processor) deadLetter(r *kgo.Record, meta topology.Meta, reason topology.Reason, cause string) *kgo.Record {
+	p.stats.dead(reason)
+	p.hooks.DeadLettered(reason)
 	meta.Due, meta.NotBefore = time.Time{}, time.Time{}
 	meta.Reason = reason
 	meta.Error = truncate(cause, 200)

@@ -12,9 +12,10 @@ import (
 
 // tracked is one consumed record on its way through the pipeline.
 type tracked struct {
-	rec  *kgo.Record
-	due  time.Time // retry records: when it may be sent
-	done bool
+	rec      *kgo.Record
+	received time.Time // when the poll returned it
+	due      time.Time // retry records: when it may be sent
+	done     bool
 }
 
 // partition is the state of one assigned partition: the checkpoint of
@@ -45,8 +46,8 @@ func newPartition(topic string, part int32, src topology.Source) *partition {
 }
 
 // track appends a consumed record to the checkpoint queue.
-func (p *partition) track(r *kgo.Record) *tracked {
-	t := &tracked{rec: r}
+func (p *partition) track(r *kgo.Record, now time.Time) *tracked {
+	t := &tracked{rec: r, received: now}
 	p.queue = append(p.queue, t)
 	return t
 }

@@ -17,6 +17,9 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kotel"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/event"
@@ -118,6 +121,8 @@ type Processor struct {
 	cl     *kgo.Client
 	hooks  Hooks
 	pacer  *pacing.Pacer
+	kt     *kotel.Tracer // nil: no tracing
+	tracer trace.Tracer
 
 	window chan struct{} // one token per record in flight
 	wg     sync.WaitGroup
@@ -147,6 +152,13 @@ func WithHooks(h Hooks) Option { return func(p *Processor) { p.hooks = h } }
 // pauses).
 func WithPacingObserver(fn func(pacing.Event)) Option {
 	return func(p *Processor) { p.pacingOpts = append(p.pacingOpts, pacing.WithObserver(fn)) }
+}
+
+// WithTracing traces every event across its hops: kt's hooks go on the
+// Kafka client (spans per produce and receive, trace context in record
+// headers) and tp makes the processing, hold and send spans.
+func WithTracing(kt *kotel.Tracer, tp trace.TracerProvider) Option {
+	return func(p *Processor) { p.kt, p.tracer = kt, tp.Tracer("github.com/tierpush/tierpush/internal/pipeline") }
 }
 
 // Pacer is the processor's pacer (for status and metrics).
@@ -179,7 +191,8 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 		window:     make(chan struct{}, cfg.MaxInFlight),
 		parts:      make(map[topicPart]*partition),
 		tombstones: tomb,
-		hooks:      nopHooks{},
+		hooks:      NopHooks{},
+		tracer:     noop.NewTracerProvider().Tracer(""),
 	}
 	for _, o := range opts {
 		o(p)
@@ -188,7 +201,11 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 	if p.pacer, err = pacing.New(cfg.Pacing, popts...); err != nil {
 		return nil, fmt.Errorf("pacing: %w", err)
 	}
-	kopts = append(kopts[:len(kopts):len(kopts)],
+	kopts = kopts[:len(kopts):len(kopts)]
+	if p.kt != nil {
+		kopts = append(kopts, kgo.WithHooks(p.kt))
+	}
+	kopts = append(kopts,
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Names.Inputs(&cfg.Policy)...),
 		kgo.AutoCommitMarks(),
@@ -301,7 +318,7 @@ func (p *Processor) accept(ctx context.Context, ftp kgo.FetchTopicPartition) {
 				ps.mu.Unlock()
 				return
 			}
-			t := ps.track(r)
+			t := ps.track(r, p.cfg.Now())
 			ps.mu.Unlock()
 			if !p.start(ctx, ps, t) {
 				return
@@ -317,7 +334,7 @@ func (p *Processor) accept(ctx context.Context, ftp kgo.FetchTopicPartition) {
 		return
 	}
 	for _, r := range ftp.Records {
-		t := ps.track(r)
+		t := ps.track(r, now)
 		t.due = dueOf(r, now)
 		if len(ps.held) == 0 && !t.due.After(now) {
 			ready = append(ready, t)
@@ -535,3 +552,7 @@ func (p *Processor) Held() map[string]int {
 	}
 	return out
 }
+
+// InFlight is the number of records being sent or awaiting their produce
+// acknowledgements.
+func (p *Processor) InFlight() int { return len(p.window) }

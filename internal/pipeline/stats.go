@@ -15,6 +15,10 @@ import (
 type Hooks interface {
 	// Sent is called after every send to a push service.
 	Sent(SendInfo)
+	// Retried is called when a record is routed to a retry step.
+	Retried(RetryInfo)
+	// DeadLettered is called when a record is routed to the DLQ.
+	DeadLettered(topology.Reason)
 	// Finished is called when an event reaches its terminal outcome.
 	Finished(FinishInfo)
 }
@@ -30,6 +34,14 @@ type SendInfo struct {
 	Lateness time.Duration // retries: how long after its due time it was sent
 }
 
+// RetryInfo describes a record routed to a retry step.
+type RetryInfo struct {
+	Tier       tiers.Tier
+	Step       string // the step's topic suffix: "retry-8s"
+	Deferred   bool   // no send was made (pacing, a Retry-After hop)
+	RetryAfter bool   // the push service's Retry-After chose the step
+}
+
 // FinishInfo describes an event's terminal outcome.
 type FinishInfo struct {
 	Outcome topology.Outcome
@@ -38,10 +50,13 @@ type FinishInfo struct {
 	Latency time.Duration
 }
 
-type nopHooks struct{}
+// NopHooks observes nothing; embed it to implement only some Hooks.
+type NopHooks struct{}
 
-func (nopHooks) Sent(SendInfo)       {}
-func (nopHooks) Finished(FinishInfo) {}
+func (NopHooks) Sent(SendInfo)                {}
+func (NopHooks) Retried(RetryInfo)            {}
+func (NopHooks) DeadLettered(topology.Reason) {}
+func (NopHooks) Finished(FinishInfo)          {}
 
 // Stats are the processor's own counters, for the status table and tests.
 type Stats struct {

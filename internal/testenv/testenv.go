@@ -7,6 +7,7 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,9 @@ import (
 	webpush "github.com/SherClockHolmes/webpush-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/tierpush/tierpush/internal/admin"
 	"github.com/tierpush/tierpush/internal/broker"
@@ -54,6 +58,25 @@ type Options struct {
 	Hooks pipeline.Hooks
 	// ProcessorOptions are passed to pipeline.New.
 	ProcessorOptions []pipeline.Option
+	// LogLevel is the level of what Log receives; default slog.LevelWarn.
+	LogLevel slog.Leveler
+	// KafkaTLS serves the broker over mutual TLS with a throwaway PKI
+	// (Env.PKI); every client of the Env dials with TLS and the client
+	// certificate.
+	KafkaTLS bool
+	// SASL, when set, turns on SASL at the broker with this one user, and
+	// every client of the Env authenticates as it.
+	SASL *broker.User
+	// BrokerConfigs are broker-level configs such as "message.max.bytes".
+	BrokerConfigs map[string]string
+	// GuardDial makes the push client dial through the processor's SSRF
+	// policy (Rules.Guard.DialContext), as the processor command does, so
+	// the address is checked again at dial time. Loopback only: the policy
+	// dials real sockets, not the in-memory network.
+	GuardDial bool
+	// GuardOptions add to the processor's SSRF policy, which allows the
+	// simulators insecure.
+	GuardOptions []netguard.Option
 }
 
 // Env is a running pipeline.
@@ -71,6 +94,8 @@ type Env struct {
 	VAPID    dispatch.VAPID
 	SimAddr  string
 	SimAddrs []string
+	// PKI signed the broker's certificate when Options.KafkaTLS is set.
+	PKI *PKI
 
 	proc   *pipeline.Processor
 	cancel context.CancelFunc
@@ -90,7 +115,11 @@ func Start(tb testing.TB, o Options) *Env {
 		w = io.Discard
 	}
 	e := &Env{tb: tb, Names: topology.Names{Prefix: topology.DefaultPrefix}, Policy: tiers.DefaultPolicy(), opts: o}
-	e.log = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	level := o.LogLevel
+	if level == nil {
+		level = slog.LevelWarn
+	}
+	e.log = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 	listen := net.Listen
 	if o.Virtual {
 		e.VN = new(kfake.VirtualNetwork)
@@ -101,7 +130,15 @@ func Start(tb testing.TB, o Options) *Env {
 	if o.Virtual {
 		addr = "127.0.0.1:9092" // the virtual network has no ephemeral ports
 	}
-	c, err := broker.Start(broker.Config{Addr: addr, Partitions: o.Partitions, Listen: listen}, e.log)
+	bc := broker.Config{Addr: addr, Partitions: o.Partitions, Listen: listen, Configs: o.BrokerConfigs}
+	if o.KafkaTLS {
+		e.PKI = NewPKI(tb)
+		bc.TLS = e.PKI.ServerConfig(tb, true)
+	}
+	if o.SASL != nil {
+		bc.Users = []broker.User{*o.SASL}
+	}
+	c, err := broker.Start(bc, e.log)
 	if err != nil {
 		tb.Fatalf("start broker: %v", err)
 	}
@@ -168,12 +205,51 @@ func Start(tb testing.TB, o Options) *Env {
 	return e
 }
 
+// KafkaOpts are the options of every Kafka client of the Env: seed brokers,
+// the in-memory dialer, TLS and SASL as the Options asked.
+func (e *Env) KafkaOpts() []kgo.Opt { return e.kgoOpts() }
+
 func (e *Env) kgoOpts() []kgo.Opt {
 	opts := []kgo.Opt{kgo.SeedBrokers(e.Brokers...), kgo.FetchMaxWait(250 * time.Millisecond)}
-	if e.VN != nil {
+	var tc *tls.Config
+	if e.PKI != nil {
+		tc = e.PKI.ClientConfig(e.tb)
+	}
+	switch {
+	case e.VN != nil && tc != nil:
+		// kgo.DialTLSConfig cannot be combined with kgo.Dialer: wrap the
+		// in-memory connection in TLS ourselves.
+		opts = append(opts, kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
+			conn, err := e.VN.DialContext(ctx, network, host)
+			if err != nil {
+				return nil, err
+			}
+			c := tc.Clone()
+			c.ServerName, _, _ = net.SplitHostPort(host)
+			return tls.Client(conn, c), nil
+		}))
+	case e.VN != nil:
 		opts = append(opts, kgo.Dialer(e.VN.DialContext))
+	case tc != nil:
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	if u := e.opts.SASL; u != nil {
+		opts = append(opts, kgo.SASL(saslMechanism(e.tb, *u)))
 	}
 	return opts
+}
+
+func saslMechanism(tb testing.TB, u broker.User) sasl.Mechanism {
+	switch u.Method {
+	case "PLAIN":
+		return plain.Auth{User: u.Name, Pass: u.Password}.AsMechanism()
+	case "SCRAM-SHA-256":
+		return scram.Auth{User: u.Name, Pass: u.Password}.AsSha256Mechanism()
+	case "SCRAM-SHA-512":
+		return scram.Auth{User: u.Name, Pass: u.Password}.AsSha512Mechanism()
+	}
+	tb.Fatalf("testenv: unknown SASL method %q", u.Method)
+	return nil
 }
 
 // HTTPClient returns a push client that reaches the simulator.
@@ -187,7 +263,7 @@ func (e *Env) HTTPClient() dispatch.HTTPConfig {
 // PipelineConfig is the processor configuration of this Env.
 func (e *Env) PipelineConfig() pipeline.Config {
 	pc := pipeline.DefaultConfig()
-	guard, err := netguard.New(netguard.AllowInsecure(e.SimAddrs...))
+	guard, err := netguard.New(append([]netguard.Option{netguard.AllowInsecure(e.SimAddrs...)}, e.opts.GuardOptions...)...)
 	if err != nil {
 		e.tb.Fatal(err)
 	}
@@ -201,7 +277,15 @@ func (e *Env) PipelineConfig() pipeline.Config {
 // StartProcessor starts a processor (again, after StopProcessor).
 func (e *Env) StartProcessor() *pipeline.Processor {
 	e.tb.Helper()
-	hc := dispatch.NewHTTPClient(e.HTTPClient())
+	pc := e.PipelineConfig()
+	hcfg := e.HTTPClient()
+	if e.opts.GuardDial {
+		if e.VN != nil {
+			e.tb.Fatal("testenv: GuardDial needs the loopback network, not Virtual")
+		}
+		hcfg.DialContext = pc.Rules.Guard.DialContext(&net.Dialer{Timeout: 5 * time.Second})
+	}
+	hc := dispatch.NewHTTPClient(hcfg)
 	e.tb.Cleanup(hc.CloseIdleConnections)
 	sender, err := dispatch.New(dispatch.Config{VAPID: e.VAPID}, hc)
 	if err != nil {
@@ -211,7 +295,7 @@ func (e *Env) StartProcessor() *pipeline.Processor {
 	if e.opts.Hooks != nil {
 		opts = append(opts, pipeline.WithHooks(e.opts.Hooks))
 	}
-	p, err := pipeline.New(e.PipelineConfig(), e.log, sender, e.Signer, e.kgoOpts(), opts...)
+	p, err := pipeline.New(pc, e.log, sender, e.Signer, e.kgoOpts(), opts...)
 	if err != nil {
 		e.tb.Fatal(err)
 	}

@@ -1,0 +1,221 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/plugin/kotel"
+	"go.opentelemetry.io/otel/attribute"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/tierpush/tierpush/internal/pacing"
+	"github.com/tierpush/tierpush/internal/pipeline"
+	"github.com/tierpush/tierpush/topology"
+)
+
+// Metrics turns the pipeline's hooks into OpenTelemetry metrics, exported
+// in the Prometheus format on /metrics. Labels carry origins, tiers, steps,
+// classes and reasons, never an endpoint, key or payload.
+type Metrics struct {
+	reg      *prometheus.Registry
+	provider *sdkmetric.MeterProvider
+
+	sends       metric.Int64Counter
+	outcomes    metric.Int64Counter
+	retries     metric.Int64Counter
+	dlq         metric.Int64Counter
+	expired     metric.Int64Counter
+	retryAfter  metric.Int64Counter
+	lateness    metric.Float64Histogram
+	delivery    metric.Float64Histogram
+	sendLatency metric.Float64Histogram
+}
+
+var _ pipeline.Hooks = (*Metrics)(nil)
+
+// NewMetrics returns the metrics of one process.
+func NewMetrics(ctx context.Context) (*Metrics, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	res, err := Resource(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := &Metrics{reg: reg, provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res))}
+	meter := m.provider.Meter("github.com/tierpush/tierpush")
+	seconds := metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+	var errs [9]error
+	m.sends, errs[0] = meter.Int64Counter("tierpush_sends", metric.WithDescription("sends to push services by origin, tier, step and status class"))
+	m.outcomes, errs[1] = meter.Int64Counter("tierpush_outcomes", metric.WithDescription("terminal outcomes written to push.outcomes by outcome and reason"))
+	m.retries, errs[2] = meter.Int64Counter("tierpush_retries", metric.WithDescription("records routed to a retry step; deferred=true when no send was made"))
+	m.dlq, errs[3] = meter.Int64Counter("tierpush_dlq", metric.WithDescription("records routed to push.dlq by reason"))
+	m.expired, errs[4] = meter.Int64Counter("tierpush_ttl_expired", metric.WithDescription("events whose TTL ran out before delivery"))
+	m.retryAfter, errs[5] = meter.Int64Counter("tierpush_retry_after_honoured", metric.WithDescription("retries whose step a push service's Retry-After chose"))
+	m.lateness, errs[6] = meter.Float64Histogram("tierpush_retry_lateness", metric.WithUnit("s"), metric.WithDescription("how long after its due time a retry was sent"), seconds)
+	m.delivery, errs[7] = meter.Float64Histogram("tierpush_delivery_latency", metric.WithUnit("s"), metric.WithDescription("from event creation to its terminal outcome, by tier and outcome"), seconds)
+	m.sendLatency, errs[8] = meter.Float64Histogram("tierpush_send_duration", metric.WithUnit("s"), metric.WithDescription("one HTTP send to a push service, by origin"), seconds)
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("metric instrument: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Handler serves /metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// KafkaMeter returns kotel hooks for a kgo client's own metrics
+// (connections, bytes, produce and fetch batches).
+func (m *Metrics) KafkaMeter() *kotel.Meter {
+	return kotel.NewMeter(kotel.MeterProvider(m.provider), kotel.WithMergedConnectsMeter())
+}
+
+// Gauges are the values Metrics reads when scraped.
+type Gauges struct {
+	Lanes    func() []pacing.LaneState
+	InFlight func() int
+	// Lag returns, per topic, the records not yet committed and, for
+	// retry topics, how many of them are held because they are not due.
+	Lag func(ctx context.Context) (map[string]Lag, error)
+}
+
+// Lag is the consumer lag of one topic.
+type Lag struct {
+	Total  int64
+	NotDue int64 // retry topics: held in memory until due
+}
+
+// Observe registers the gauges.
+func (m *Metrics) Observe(g Gauges) error {
+	meter := m.provider.Meter("github.com/tierpush/tierpush")
+	limit, err := meter.Int64ObservableGauge("tierpush_pacing_limit", metric.WithDescription("concurrency limit per push service origin"))
+	if err != nil {
+		return err
+	}
+	share, err := meter.Float64ObservableGauge("tierpush_pacing_429_share", metric.WithDescription("share of attempts answered 429 over the rolling window, per origin"))
+	if err != nil {
+		return err
+	}
+	breaker, err := meter.Int64ObservableGauge("tierpush_pacing_breaker_state", metric.WithDescription("0 closed, 1 half-open, 2 open, per origin"))
+	if err != nil {
+		return err
+	}
+	originFlight, err := meter.Int64ObservableGauge("tierpush_pacing_in_flight", metric.WithDescription("sends in flight per origin"))
+	if err != nil {
+		return err
+	}
+	inFlight, err := meter.Int64ObservableGauge("tierpush_in_flight", metric.WithDescription("records being sent or awaiting broker acknowledgement"))
+	if err != nil {
+		return err
+	}
+	lag, err := meter.Int64ObservableGauge("tierpush_consumer_lag", metric.WithDescription("records not yet committed per topic; for retry topics due=false counts those held until due"))
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		if g.Lanes != nil {
+			for _, l := range g.Lanes() {
+				a := metric.WithAttributes(attribute.String("origin", l.Origin))
+				o.ObserveInt64(limit, int64(l.Limit), a)
+				o.ObserveFloat64(share, l.Rate429, a)
+				o.ObserveInt64(breaker, breakerState(l.Breaker), a)
+				o.ObserveInt64(originFlight, int64(l.InFlight), a)
+			}
+		}
+		if g.InFlight != nil {
+			o.ObserveInt64(inFlight, int64(g.InFlight()))
+		}
+		if g.Lag != nil {
+			lags, err := g.Lag(ctx)
+			if err != nil {
+				return nil // the broker is away; the scrape still answers
+			}
+			for topic, l := range lags {
+				o.ObserveInt64(lag, l.Total-l.NotDue, metric.WithAttributes(attribute.String("topic", topic), attribute.Bool("due", true)))
+				if l.NotDue > 0 {
+					o.ObserveInt64(lag, l.NotDue, metric.WithAttributes(attribute.String("topic", topic), attribute.Bool("due", false)))
+				}
+			}
+		}
+		return nil
+	}, limit, share, breaker, originFlight, inFlight, lag)
+	return err
+}
+
+func breakerState(s string) int64 {
+	switch s {
+	case pacing.HalfOpen:
+		return 1
+	case pacing.Open:
+		return 2
+	}
+	return 0
+}
+
+// Shutdown stops the meter provider.
+func (m *Metrics) Shutdown(ctx context.Context) error { return m.provider.Shutdown(ctx) }
+
+// Sent counts a send.
+func (m *Metrics) Sent(s pipeline.SendInfo) {
+	ctx := context.Background()
+	m.sends.Add(ctx, 1, metric.WithAttributes(
+		attribute.String("origin", s.Origin), attribute.String("tier", s.Tier.String()),
+		attribute.String("step", s.Step), attribute.String("class", statusClass(s.Result)),
+	))
+	m.sendLatency.Record(ctx, s.Took.Seconds(), metric.WithAttributes(attribute.String("origin", s.Origin)))
+	if s.Step != "first" {
+		m.lateness.Record(ctx, max(s.Lateness.Seconds(), 0), metric.WithAttributes(attribute.String("tier", s.Tier.String()), attribute.String("step", s.Step)))
+	}
+}
+
+// Retried counts a record routed to a retry step.
+func (m *Metrics) Retried(r pipeline.RetryInfo) {
+	ctx := context.Background()
+	m.retries.Add(ctx, 1, metric.WithAttributes(attribute.String("tier", r.Tier.String()), attribute.String("step", r.Step), attribute.Bool("deferred", r.Deferred)))
+	if r.RetryAfter {
+		m.retryAfter.Add(ctx, 1, metric.WithAttributes(attribute.String("tier", r.Tier.String())))
+	}
+}
+
+// DeadLettered counts a record routed to the DLQ.
+func (m *Metrics) DeadLettered(reason topology.Reason) {
+	m.dlq.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", string(reason))))
+}
+
+// Finished counts a terminal outcome.
+func (m *Metrics) Finished(f pipeline.FinishInfo) {
+	ctx := context.Background()
+	attrs := metric.WithAttributes(attribute.String("outcome", string(f.Outcome)), attribute.String("reason", string(f.Reason)), attribute.String("tier", f.Tier))
+	m.outcomes.Add(ctx, 1, attrs)
+	if f.Outcome == topology.OutcomeExpired {
+		m.expired.Add(ctx, 1, metric.WithAttributes(attribute.String("tier", f.Tier)))
+	}
+	if f.Latency > 0 {
+		m.delivery.Record(ctx, f.Latency.Seconds(), metric.WithAttributes(attribute.String("tier", f.Tier), attribute.String("outcome", string(f.Outcome))))
+	}
+}
+
+func statusClass(r topology.Result) string {
+	switch {
+	case r.Status == 0:
+		return "error"
+	case r.Status == 429:
+		return "429"
+	default:
+		return strconv.Itoa(r.Status/100) + "xx"
+	}
+}
