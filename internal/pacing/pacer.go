@@ -207,7 +207,10 @@ type waiter struct {
 type bucket struct {
 	sec                             int64
 	attempts, throttled, failed, ok int
+	fresh                           tally // see judgeFrom
 }
+
+type tally struct{ attempts, throttled, failed int }
 
 type lane struct {
 	origin string
@@ -236,13 +239,12 @@ type lane struct {
 	timer   *time.Timer // wakes waiters at the end of a pause or for a token
 	armed   time.Time   // when timer fires; zero when not armed
 	pacer   *Pacer
-	lastCut time.Time // decisions look at attempts since then
-	cutBase bucket    // lastCut's second as it was at lastCut
-	// fresh counts the results of sends granted since the last cut, open
-	// or close, and after judgeFrom (also moved by a pause): what was
-	// already in flight when the pacer reacted is no evidence that the
-	// reaction was not enough.
-	fresh     bucket
+	lastCut time.Time
+	// Decisions count only fresh results, of sends granted since the last
+	// cut, open or close, and after judgeFrom (also moved by a pause):
+	// what was already in flight when the pacer reacted is no evidence
+	// that the reaction was not enough. They are kept per second, so that
+	// they too leave the window.
 	judgeFrom time.Time
 	okSince   int           // deliveries since lastCut
 	latSince  time.Duration // their summed latency
@@ -518,12 +520,12 @@ func (l *lane) done(s *Slot, r topology.Result, throttled bool, now time.Time) {
 		b.failed++
 	}
 	if !s.granted.Before(l.judgeFrom) {
-		l.fresh.attempts++
+		b.fresh.attempts++
 		if throttled {
-			l.fresh.throttled++
+			b.fresh.throttled++
 		}
 		if failed {
-			l.fresh.failed++
+			b.fresh.failed++
 		}
 	}
 	if throttled {
@@ -600,20 +602,14 @@ func (l *lane) bucketLocked(now time.Time) *bucket {
 	return b
 }
 
-// sumLocked adds the buckets of the window; sinceCut only the attempts
-// made after the last cut (buckets are whole seconds: the cut's own second
-// counts without what it held at the cut).
-func (l *lane) sumLocked(now time.Time, sinceCut bool) (attempts, throttled, failed int) {
+// sumLocked adds the buckets of the window, or only their fresh results.
+func (l *lane) sumLocked(now time.Time, fresh bool) (attempts, throttled, failed int) {
 	from := now.Add(-l.cfg.Window).Unix() + 1
-	if sinceCut {
-		from = max(from, l.lastCut.Unix())
-	}
 	for _, b := range l.buckets {
 		if b.sec >= from && b.sec <= now.Unix() {
-			if sinceCut && b.sec == l.cutBase.sec {
-				b.attempts -= l.cutBase.attempts
-				b.throttled -= l.cutBase.throttled
-				b.failed -= l.cutBase.failed
+			if fresh {
+				attempts, throttled, failed = attempts+b.fresh.attempts, throttled+b.fresh.throttled, failed+b.fresh.failed
+				continue
 			}
 			attempts += b.attempts
 			throttled += b.throttled
@@ -628,7 +624,7 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 	// Decisions to cut or halt look only at attempts since the last one,
 	// so the window's memory of a storm already answered does not cut
 	// again and again.
-	n, t, f := l.fresh.attempts, l.fresh.throttled, l.fresh.failed
+	n, t, f := l.sumLocked(now, true)
 	if n >= l.cfg.MinSamples {
 		r429, rErr := float64(t)/float64(n), float64(f)/float64(n)
 		switch {
@@ -682,10 +678,12 @@ func (l *lane) cutLocked(now time.Time) {
 // restartLocked starts a new period of judgement.
 func (l *lane) restartLocked(now time.Time) {
 	l.lastCut, l.calmSince = now, time.Time{}
-	l.judgeFrom, l.fresh = now, bucket{}
+	l.judgeFrom = now
+	for i := range l.buckets {
+		l.buckets[i].fresh = tally{}
+	}
 	l.okSince, l.latSince = 0, 0
 	l.busy, l.busyFrom = 0, now
-	l.cutBase = *l.bucketLocked(now)
 }
 
 // openLocked halts the origin for OpenFor and cuts its limit.

@@ -1,0 +1,70 @@
+package pacing_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierpush/tierpush/internal/pacing"
+)
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*pacing.Config)
+		want string // in the error; "" for none
+	}{
+		{"defaults", func(*pacing.Config) {}, ""},
+		{"disabled defaults", func(c *pacing.Config) { c.Enabled = false }, ""},
+		{"cut rate 0", func(c *pacing.Config) { c.CutRate = 0 }, "--pacing-cut-rate"},
+		{"cut rate 1", func(c *pacing.Config) { c.CutRate = 1 }, "--pacing-cut-rate"},
+		{"cut rate at halt rate", func(c *pacing.Config) { c.CutRate = c.HaltRate }, "--pacing-cut-rate"},
+		{"halt rate negative", func(c *pacing.Config) { c.HaltRate = -0.2 }, "--pacing-halt-rate"},
+		{"halt rate below cut rate", func(c *pacing.Config) { c.HaltRate = 0.04 }, "--pacing-halt-rate"},
+		{"error halt rate 1", func(c *pacing.Config) { c.ErrorHaltRate = 1 }, "--pacing-error-halt-rate"},
+		{"cut factor 1", func(c *pacing.Config) { c.CutFactor = 1 }, "--pacing-cut-factor"},
+		{"cut factor 0", func(c *pacing.Config) { c.CutFactor = 0 }, "--pacing-cut-factor"},
+		{"calm rate 0", func(c *pacing.Config) { c.CalmRate = 0 }, "--pacing-calm-rate"},
+		{"retry share 1.5", func(c *pacing.Config) { c.RetryShare = 1.5 }, "--pacing-retry-share"},
+		{"raise factor 1", func(c *pacing.Config) { c.RaiseFactor = 1 }, "--pacing-raise-factor"},
+		{"raise factor 5", func(c *pacing.Config) { c.RaiseFactor = 5 }, "--pacing-raise-factor"},
+		{"window 0", func(c *pacing.Config) { c.Window = 0 }, "--pacing-window"},
+		{"cut cooldown 99ms", func(c *pacing.Config) { c.CutCooldown = 99 * time.Millisecond }, "--pacing-cut-cooldown"},
+		{"open for 0", func(c *pacing.Config) { c.OpenFor = 0 }, "--pacing-open-for"},
+		{"calm for 0", func(c *pacing.Config) { c.CalmFor = 0 }, "--pacing-calm-for"},
+		{"raise every 0", func(c *pacing.Config) { c.RaiseEvery = 0 }, "--pacing-raise-every"},
+		{"sender-wide window 0", func(c *pacing.Config) { c.SenderWideWindow = 0 }, "--pacing-sender-wide-window"},
+		{"default pause negative", func(c *pacing.Config) { c.DefaultPause = -time.Second }, "--pacing-default-pause"},
+		{"max concurrency 0", func(c *pacing.Config) { c.MaxLimit = 0 }, "--pacing-max-concurrency"},
+		{"max concurrency above 100000", func(c *pacing.Config) { c.MaxLimit = 100_001 }, "--pacing-max-concurrency"},
+		{"max concurrency below min", func(c *pacing.Config) { c.MinLimit = 8; c.MaxLimit = 4 }, "--pacing-max-concurrency"},
+		{"min concurrency 0", func(c *pacing.Config) { c.MinLimit = 0 }, "--pacing-min-concurrency"},
+		{"probes 0", func(c *pacing.Config) { c.Probes = 0 }, "--pacing-probes"},
+		{"min samples 0", func(c *pacing.Config) { c.MinSamples = 0 }, "--pacing-min-samples"},
+		{"sender-wide subs 0", func(c *pacing.Config) { c.SenderWideSubs = 0 }, "--pacing-sender-wide-subs"},
+		{"queue 0", func(c *pacing.Config) { c.QueueLimit = 0 }, "--pacing-queue"},
+		{"sub pauses 0", func(c *pacing.Config) { c.SubPauses = 0 }, "--pacing-sub-pauses"},
+		{"tier 3 weight 0", func(c *pacing.Config) { c.Weights[2] = 0 }, "--pacing-weights: tier3"},
+		{"tier 1 weight negative", func(c *pacing.Config) { c.Weights[0] = -1 }, "--pacing-weights: tier1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := pacing.DefaultConfig()
+			tt.edit(&cfg)
+			err := cfg.Validate()
+			_, newErr := pacing.New(cfg)
+			if tt.want == "" {
+				if err != nil || newErr != nil {
+					t.Errorf("Validate() = %v, New() = %v; want nil", err, newErr)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate() = %v, want an error naming %q", err, tt.want)
+			}
+			if newErr == nil {
+				t.Errorf("New() = nil error, want %v", err)
+			}
+		})
+	}
+}

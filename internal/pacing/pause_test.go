@@ -1,0 +1,300 @@
+package pacing_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tierpush/tierpush/internal/pacing"
+	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
+)
+
+type throttleAt struct {
+	at  time.Duration
+	sub string
+	ra  time.Duration
+}
+
+// maxHold is the longest pause tier 1 waits out in Acquire instead of
+// being deferred (pacer.go).
+const maxHold = 2 * time.Second
+
+// TestSenderWidePause: enough distinct subscriptions throttled within
+// SenderWideWindow pause the whole origin until max(Retry-After,
+// DefaultPause) after the last. Tiers 2 and 3 are deferred until then;
+// tier 1 too while more than maxHold remains, and after that it waits in
+// Acquire and is let through when the pause ends.
+func TestSenderWidePause(t *testing.T) {
+	five := func(ra time.Duration) []throttleAt {
+		return []throttleAt{{0, "a", ra}, {0, "b", ra}, {0, "c", ra}, {0, "d", ra}, {0, "e", ra}}
+	}
+	tests := []struct {
+		name      string
+		okBefore  int // deliveries at 0 s, before the throttles
+		throttles []throttleAt
+		wantUntil time.Duration // 0: no pause
+		subPaused string        // a subscription that stays paused
+	}{
+		{name: "five distinct subscriptions, Retry-After 3 s", throttles: five(3 * s), wantUntil: 3 * s},
+		{name: "Retry-After 30 s is the pause", throttles: five(30 * s), wantUntil: 30 * s},
+		{name: "no Retry-After: DefaultPause", throttles: five(0), wantUntil: 1 * s},
+		{name: "Retry-After below DefaultPause: DefaultPause", throttles: five(200 * time.Millisecond), wantUntil: 1 * s},
+		{name: "four distinct subscriptions", throttles: five(3 * s)[:4]},
+		{
+			name: "the Retry-After of the fifth decides",
+			throttles: []throttleAt{
+				{0, "a", 60 * s}, {0, "b", 60 * s}, {0, "c", 60 * s}, {0, "d", 60 * s}, {0, "e", 2 * s},
+			},
+			wantUntil: 2 * s,
+		},
+		{
+			name: "five within 10 s",
+			throttles: []throttleAt{
+				{0, "a", 0}, {2 * s, "b", 0}, {4 * s, "c", 0}, {6 * s, "d", 0}, {9 * s, "e", 3 * s},
+			},
+			wantUntil: 12 * s,
+		},
+		{
+			name:      "five among 95 deliveries: a stray 5%, no pause",
+			okBefore:  95,
+			throttles: five(3 * s),
+		},
+		{
+			name:      "five among 94 deliveries: above CutRate, pause",
+			okBefore:  94,
+			throttles: five(3 * s),
+			wantUntil: 3 * s,
+		},
+		{
+			name: "five spread over more than 10 s",
+			throttles: []throttleAt{
+				{0, "a", 0}, {3 * s, "b", 0}, {6 * s, "c", 0}, {9 * s, "d", 0}, {12 * s, "e", 3 * s},
+			},
+		},
+		{
+			name: "five from one subscription pause only it",
+			throttles: []throttleAt{
+				{0, "a", 1 * s}, {1 * s, "a", 1 * s}, {2 * s, "a", 1 * s}, {3 * s, "a", 1 * s}, {4 * s, "a", 1 * s},
+			},
+			subPaused: "a",
+		},
+	}
+	for _, tt := range tests {
+		inBubble(t, tt.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.send(rep(tt.okBefore, ok)...)
+			for _, th := range tt.throttles {
+				h.clk.Advance(th.at - h.clk.Now().Sub(base))
+				h.acquire(pacing.Request{Origin: origin, Sub: th.sub, Tier: tiers.Tier1}).Done(throttledFor(th.ra))
+			}
+			var pauses []pacing.Event
+			for _, e := range h.rec.all() {
+				if e.Kind == "pause" {
+					pauses = append(pauses, e)
+				}
+			}
+			if tt.wantUntil == 0 {
+				if len(pauses) != 0 {
+					t.Errorf("pauses = %+v, want none", pauses)
+				}
+				if tt.subPaused != "" {
+					if !h.p.SubscriptionPaused(tt.subPaused) {
+						t.Errorf("SubscriptionPaused(%s) = false, want true", tt.subPaused)
+					}
+					if slot, _ := h.p.Acquire(context.Background(), pacing.Request{Origin: origin, Sub: tt.subPaused, Tier: tiers.Tier1}); slot != nil {
+						t.Errorf("Acquire(%s) granted, want deferred", tt.subPaused)
+					}
+				}
+				for _, tier := range tiers.All {
+					h.acquire(h.req(tier, false)).Done(ok)
+				}
+				return
+			}
+
+			until := base.Add(tt.wantUntil)
+			if len(pauses) != 1 || !pauses[0].Until.Equal(until) {
+				t.Errorf("pauses = %+v, want one until %s", pauses, tt.wantUntil)
+			}
+			if got := h.lane().PausedUntil; !got.Equal(until) {
+				t.Errorf("PausedUntil = %s, want %s", got.Sub(base), tt.wantUntil)
+			}
+			deferredUntil := func(tier tiers.Tier) {
+				t.Helper()
+				if slot, got := h.p.Acquire(context.Background(), h.req(tier, false)); slot != nil || !got.Equal(until) {
+					t.Errorf("at %s Acquire(%s) = %v, %s; want nil, %s", h.clk.Now().Sub(base), tier, slot != nil, got.Sub(base), tt.wantUntil)
+				}
+			}
+			// More than maxHold left: every tier is deferred.
+			if until.Sub(h.clk.Now()) > maxHold {
+				for _, tier := range tiers.All {
+					deferredUntil(tier)
+				}
+				h.clk.Advance(until.Sub(h.clk.Now()) - maxHold)
+			}
+			// maxHold or less: tier 1 waits for the end of the pause.
+			out := make(chan got, 1)
+			h.spawn(context.Background(), "tier1", h.req(tiers.Tier1, false), out)
+			synctest.Wait()
+			deferredUntil(tiers.Tier2)
+			deferredUntil(tiers.Tier3)
+			if got := h.lane().Waiting; got != 1 {
+				t.Fatalf("waiting = %d, want the tier-1 request", got)
+			}
+			h.clk.Advance(until.Sub(h.clk.Now()))
+			g := next(t, out)
+			if g.slot == nil || g.at != tt.wantUntil {
+				t.Errorf("tier 1 got a slot %v at %s, want one at %s", g.slot != nil, g.at, tt.wantUntil)
+			} else {
+				g.slot.Done(ok)
+			}
+			h.acquire(h.req(tiers.Tier3, false)).Done(ok)
+		})
+	}
+}
+
+// TestHaltedWaiters: when the breaker opens or the origin is paused, queued
+// requests go back to the ladder with the time to wait; only tier 1 waits
+// out a short pause. The limit is 5, held by five sends; four tier-1
+// fillers queue first and take the slots freed by the first four answers,
+// so the fifth answer halts the origin with the waiters under test queued.
+func TestHaltedWaiters(t *testing.T) {
+	tests := []struct {
+		name       string
+		edit       func(*pacing.Config)
+		answer     topology.Result
+		wantUntil  time.Duration
+		wantHeldT1 bool // tier 1 stays queued and is granted at wantUntil
+		wantEvents []string
+	}{
+		{
+			name:       "breaker opens: every tier goes back",
+			edit:       func(c *pacing.Config) { c.MinSamples = 5; quiet(c) },
+			answer:     throttled,
+			wantUntil:  10 * s,
+			wantEvents: []string{pacing.Open},
+		},
+		{
+			name:       "long pause: every tier goes back",
+			answer:     throttledFor(7 * s),
+			wantUntil:  7 * s,
+			wantEvents: []string{"pause"},
+		},
+		{
+			name:       "short pause: tier 1 waits it out, the others go back",
+			answer:     throttledFor(maxHold),
+			wantUntil:  maxHold,
+			wantHeldT1: true,
+			wantEvents: []string{"pause"},
+		},
+	}
+	for _, tt := range tests {
+		inBubble(t, tt.name, func(t *testing.T) {
+			h := newHarness(t, func(c *pacing.Config) {
+				c.MaxLimit = 5
+				c.Weights = [3]int{100, 1, 1} // the fillers go first
+				if tt.edit != nil {
+					tt.edit(c)
+				}
+			})
+			held := h.saturate(5)
+			fillers := make(chan got, 4)
+			for range 4 {
+				h.spawn(context.Background(), "filler", h.req(tiers.Tier1, false), fillers)
+			}
+			synctest.Wait()
+			out := make(chan got, 3)
+			for _, tier := range tiers.All {
+				h.spawn(context.Background(), tier.String(), h.req(tier, false), out)
+			}
+			synctest.Wait()
+			for _, sl := range held {
+				sl.Done(tt.answer)
+			}
+			synctest.Wait()
+			for range 4 {
+				if g := next(t, fillers); g.slot == nil {
+					t.Fatalf("a filler was deferred")
+				} else {
+					defer g.slot.Done(ok)
+				}
+			}
+			wantWaiting := 0
+			if tt.wantHeldT1 {
+				wantWaiting = 1
+			}
+			if got := h.lane().Waiting; got != wantWaiting {
+				t.Errorf("waiting after the halt = %d, want %d", got, wantWaiting)
+			}
+			h.clk.Advance(tt.wantUntil)
+			for range 3 {
+				g := next(t, out)
+				switch {
+				case g.req.Tier == tiers.Tier1 && tt.wantHeldT1:
+					if g.slot == nil || g.at != tt.wantUntil {
+						t.Errorf("tier 1: slot %v at %s, want one at %s", g.slot != nil, g.at, tt.wantUntil)
+					}
+					if g.slot != nil {
+						g.slot.Done(ok)
+					}
+				case g.slot != nil || g.at != 0 || !g.until.Equal(base.Add(tt.wantUntil)):
+					t.Errorf("%s: slot %v at %s until %s, want deferred at 0s until %s", g.name, g.slot != nil, g.at, g.until.Sub(base), tt.wantUntil)
+				}
+			}
+			var kinds []string
+			for _, e := range h.rec.all() {
+				kinds = append(kinds, e.Kind)
+			}
+			if len(kinds) != len(tt.wantEvents) || (len(kinds) > 0 && kinds[0] != tt.wantEvents[0]) {
+				t.Errorf("events = %v, want %v", kinds, tt.wantEvents)
+			}
+		})
+	}
+}
+
+// TestRateAfterPause: a sender-wide pause teaches the lane the rate the
+// origin sustained (95% of the deliveries per second over the last 10 s);
+// afterwards tiers 2 and 3 queue for tokens at that rate while tier 1
+// goes straight through.
+func TestRateAfterPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		for i := range 10 { // 10 deliveries a second, 0 s to 9 s
+			if i > 0 {
+				h.clk.Advance(1 * s)
+			}
+			h.send(rep(10, ok)...)
+		}
+		h.clk.Advance(500 * time.Millisecond)
+		// Six, so that the throttled share (6 of 106) is above CutRate.
+		for _, sub := range []string{"a", "b", "c", "d", "e", "f"} {
+			h.acquire(pacing.Request{Origin: origin, Sub: sub, Tier: tiers.Tier1}).Done(throttled)
+		} // paused 9.5 s to 10.5 s; learnt: 95% of 100 in 10 s
+		h.clk.Advance(1 * s)
+
+		out := make(chan got, 20)
+		for range 20 {
+			h.spawn(context.Background(), "", h.req(tiers.Tier3, false), out)
+		}
+		synctest.Wait()
+		t1 := h.acquire(h.req(tiers.Tier1, false)) // not held back
+		h.clk.Advance(1 * s)
+		granted := len(out)
+		if granted < 9 || granted > 11 {
+			t.Errorf("tier-3 grants in the first second = %d, want about 9.5", granted)
+		}
+		h.clk.Advance(2 * s)
+		if got := len(out); got != 20 {
+			t.Errorf("tier-3 grants after 3 s = %d, want all 20", got)
+		}
+		t1.Done(ok)
+		for range 20 {
+			if g := next(t, out); g.slot != nil {
+				g.slot.Done(ok)
+			} else {
+				t.Errorf("a tier-3 request was deferred")
+			}
+		}
+	})
+}
