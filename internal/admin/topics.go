@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -55,12 +56,19 @@ type TopicState struct {
 	Topic      string
 	Created    bool
 	Partitions int32
-	Drift      string // non-empty when the topic differs from the spec
+	// ReplicationFactor is the replica count the broker reports for an
+	// existing topic, or the one asked for a created topic (-1 when that was
+	// the broker default).
+	ReplicationFactor int16
+	Drift             string // non-empty when the topic differs from the spec
 }
 
 // Ensure creates every missing topic of the topology and reports drift of
-// existing ones. It is idempotent.
+// existing ones: fewer partitions than the spec asks, or fewer replicas when
+// the spec names a replication factor. It never deletes, shrinks or
+// reconfigures an existing topic. It is idempotent.
 func Ensure(ctx context.Context, adm *kadm.Client, names topology.Names, p *tiers.Policy, spec Spec) ([]TopicState, error) {
+	ctx = fresh(ctx)
 	all := names.All(p)
 	details, err := adm.ListTopics(ctx, all...)
 	if err != nil {
@@ -68,27 +76,69 @@ func Ensure(ctx context.Context, adm *kadm.Client, names topology.Names, p *tier
 	}
 	var states []TopicState
 	for _, t := range all {
-		cfg := configsFor(t, names, spec)
-		d, ok := details[t]
-		if ok && d.Err == nil {
-			st := TopicState{Topic: t, Partitions: int32(len(d.Partitions))}
-			if st.Partitions < spec.Partitions {
-				st.Drift = fmt.Sprintf("has %d partitions, spec asks %d (add partitions with kadm/kafka-topics; keys move)", st.Partitions, spec.Partitions)
-			}
-			states = append(states, st)
+		if d, ok := details[t]; ok && d.Err == nil {
+			states = append(states, existing(d, spec))
 			continue
 		}
-		resp, err := adm.CreateTopic(ctx, spec.Partitions, spec.ReplicationFactor, cfg, t)
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return states, fmt.Errorf("create topic %s: %w", t, err)
+		st, err := create(ctx, adm, t, spec, configsFor(t, names, spec))
+		if err != nil {
+			return states, err
 		}
-		if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
-			return states, fmt.Errorf("create topic %s: %w", t, resp.Err)
-		}
-		states = append(states, TopicState{Topic: t, Created: resp.Err == nil, Partitions: spec.Partitions})
+		states = append(states, st)
 	}
 	sort.Slice(states, func(i, j int) bool { return states[i].Topic < states[j].Topic })
 	return states, nil
+}
+
+// fresh makes kadm answer ListTopics with a new metadata request. Without it
+// kadm answers from the client's metadata cache (kgo.MetadataMinAge, 5s by
+// default), which still says "unknown topic" for a topic created moments
+// ago: a second Ensure on the same client, or the re-list after losing a
+// create race, would see stale metadata. Asking for authorized operations is
+// what bypasses the cache; the operations themselves are unused.
+func fresh(ctx context.Context) context.Context { return kadm.WithAuthorizedOps(ctx) }
+
+// create creates topic t. When another client created it first (several
+// replicas starting at once), it reports the topic as it exists.
+func create(ctx context.Context, adm *kadm.Client, t string, spec Spec, cfg map[string]*string) (TopicState, error) {
+	resp, err := adm.CreateTopic(ctx, spec.Partitions, spec.ReplicationFactor, cfg, t)
+	if err == nil {
+		err = resp.Err
+	}
+	switch {
+	case err == nil:
+		return TopicState{Topic: t, Created: true, Partitions: spec.Partitions, ReplicationFactor: spec.ReplicationFactor}, nil
+	case errors.Is(err, kerr.TopicAlreadyExists):
+		details, err := adm.ListTopics(ctx, t)
+		if err != nil {
+			return TopicState{}, fmt.Errorf("list topic %s: %w", t, err)
+		}
+		d := details[t]
+		if d.Err != nil {
+			return TopicState{}, fmt.Errorf("describe topic %s: %w", t, d.Err)
+		}
+		return existing(d, spec), nil
+	default:
+		return TopicState{}, fmt.Errorf("create topic %s: %w", t, err)
+	}
+}
+
+// existing compares a topic the broker already has with the spec.
+func existing(d kadm.TopicDetail, spec Spec) TopicState {
+	st := TopicState{
+		Topic:             d.Topic,
+		Partitions:        int32(len(d.Partitions)),
+		ReplicationFactor: int16(d.Partitions.NumReplicas()),
+	}
+	var drift []string
+	if st.Partitions < spec.Partitions {
+		drift = append(drift, fmt.Sprintf("has %d partitions, spec asks %d (add partitions with kadm/kafka-topics; keys move)", st.Partitions, spec.Partitions))
+	}
+	if spec.ReplicationFactor > 0 && st.ReplicationFactor < spec.ReplicationFactor {
+		drift = append(drift, fmt.Sprintf("has %d replicas, spec asks %d (reassign partitions with kafka-reassign-partitions)", st.ReplicationFactor, spec.ReplicationFactor))
+	}
+	st.Drift = strings.Join(drift, "; ")
+	return st
 }
 
 func configsFor(topic string, names topology.Names, spec Spec) map[string]*string {

@@ -1,0 +1,29 @@
+# syntax=docker/dockerfile:1
+#
+# tierpush processor: one static binary (every subcommand: run, topics ensure,
+# pushsim, demo, …) on a distroless base that has no shell and runs as a
+# non-root user. Build: docker build -t tierpush/processor .
+
+# The build stage runs on the build machine's platform and cross-compiles
+# (pure Go, CGO off), so multi-arch builds need no emulation.
+FROM --platform=$BUILDPLATFORM golang:1.26-trixie AS build
+ARG TARGETOS TARGETARCH
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
+    go build -trimpath -ldflags="-s -w" -o /out/processor ./cmd/processor
+
+# static-debian13: CA certificates and tzdata, no libc, no shell.
+# nonroot: uid/gid 65532.
+FROM gcr.io/distroless/static-debian13:nonroot
+COPY --from=build /out/processor /usr/local/bin/processor
+USER 65532:65532
+# /metrics, /healthz, /readyz (--http-addr; the image listens on all interfaces).
+EXPOSE 9464
+ENV TIERPUSH_HTTP_ADDR=0.0.0.0:9464
+ENTRYPOINT ["/usr/local/bin/processor"]
+CMD ["run"]
