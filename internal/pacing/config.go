@@ -115,13 +115,16 @@ func (c Config) Validate() error {
 	if c.RaiseFactor <= 1 || c.RaiseFactor > 4 {
 		errs = append(errs, fmt.Errorf("--pacing-raise-factor: %g, want above 1 and at most 4", c.RaiseFactor))
 	}
-	for name, d := range map[string]time.Duration{
-		"pacing-window": c.Window, "pacing-cut-cooldown": c.CutCooldown, "pacing-open-for": c.OpenFor,
-		"pacing-calm-for": c.CalmFor, "pacing-raise-every": c.RaiseEvery, "pacing-sender-wide-window": c.SenderWideWindow,
-		"pacing-default-pause": c.DefaultPause,
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"pacing-window", c.Window}, {"pacing-cut-cooldown", c.CutCooldown}, {"pacing-open-for", c.OpenFor},
+		{"pacing-calm-for", c.CalmFor}, {"pacing-raise-every", c.RaiseEvery}, {"pacing-sender-wide-window", c.SenderWideWindow},
+		{"pacing-default-pause", c.DefaultPause},
 	} {
-		if d < 100*time.Millisecond {
-			errs = append(errs, fmt.Errorf("--%s: %s, want at least 100ms", name, d))
+		if f.d < 100*time.Millisecond {
+			errs = append(errs, fmt.Errorf("--%s: %s, want at least 100ms", f.name, f.d))
 		}
 	}
 	if c.MinLimit < 1 {
@@ -146,7 +149,7 @@ func (c Config) Validate() error {
 	}
 	for i, w := range c.Weights {
 		if w < 1 {
-			errs = append(errs, fmt.Errorf("--pacing-weights: tier%d weight %d, want at least 1", i+1, w))
+			errs = append(errs, fmt.Errorf("tiers.tier%d.weight: %d, want at least 1", i+1, w))
 		}
 	}
 	return errors.Join(errs...)

@@ -44,8 +44,8 @@ func TestValidate(t *testing.T) {
 		{"sender-wide subs 0", func(c *pacing.Config) { c.SenderWideSubs = 0 }, "--pacing-sender-wide-subs"},
 		{"queue 0", func(c *pacing.Config) { c.QueueLimit = 0 }, "--pacing-queue"},
 		{"sub pauses 0", func(c *pacing.Config) { c.SubPauses = 0 }, "--pacing-sub-pauses"},
-		{"tier 3 weight 0", func(c *pacing.Config) { c.Weights[2] = 0 }, "--pacing-weights: tier3"},
-		{"tier 1 weight negative", func(c *pacing.Config) { c.Weights[0] = -1 }, "--pacing-weights: tier1"},
+		{"tier 3 weight 0", func(c *pacing.Config) { c.Weights[2] = 0 }, "tiers.tier3.weight"},
+		{"tier 1 weight negative", func(c *pacing.Config) { c.Weights[0] = -1 }, "tiers.tier1.weight"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
