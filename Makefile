@@ -2,8 +2,10 @@
 GO        ?= go
 BIN       ?= bin/processor
 FUZZTIME  ?= 60s
+# The Jaeger v2 all-in-one the end-to-end tracing test runs, built once.
+JAEGER_BIN ?= $(CURDIR)/.cache/jaeger
 
-.PHONY: all build run test test-short test-deploy lint vet fmt fuzz clean bench-pacing
+.PHONY: all build run test test-short test-deploy lint vet fmt fuzz clean bench-pacing jaeger
 
 all: build
 
@@ -17,15 +19,23 @@ run:
 
 # Every test, with the race detector: unit, fuzz seed corpora, the
 # synctest pipeline tests, and the subprocess crash and kcat tests.
-test:
+test: jaeger
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 20m ./...
+	TIERPUSH_JAEGER_BIN=$(JAEGER_BIN) $(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) test-deploy
 
 # Offline checks of the Dockerfile, docker-compose.yml and the Helm chart
 # (a separate module: Helm, client-go and compose-go stay out of this one).
 test-deploy:
 	cd deploy/check && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+
+# Jaeger v2 from the Go module proxy, in its own module (tools/jaeger) with
+# its replace for sarama. Its go.sum pins every hash; some of its
+# dependencies are missing from the checksum database, hence GOSUMDB=off.
+jaeger: $(JAEGER_BIN)
+
+$(JAEGER_BIN): tools/jaeger/go.mod tools/jaeger/go.sum
+	cd tools/jaeger && GOSUMDB=off $(GO) build -o $(JAEGER_BIN) github.com/jaegertracing/jaeger/cmd/jaeger
 
 test-short:
 	$(GO) test -short -count=1 ./...
@@ -45,12 +55,25 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/event
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckEndpoint$$' -fuzztime $(FUZZTIME) ./internal/netguard
 	$(GO) test -run '^$$' -fuzz '^FuzzDecrypt$$' -fuzztime $(FUZZTIME) ./internal/pushsim
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMeta$$' -fuzztime $(FUZZTIME) ./topology
+	$(GO) test -run '^$$' -fuzz '^FuzzParseOrigin$$' -fuzztime $(FUZZTIME) ./topology
+	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./topology
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRetryAfter$$' -fuzztime $(FUZZTIME) ./internal/dispatch
 
 # Pacing against a push service that allows 500 requests/s, offered 2,000
 # events/s for 60 s, with pacing on and off, on a fake clock: prints the
 # 429 share and goodput of both and writes docs/img/pacing.{txt,svg}.
 bench-pacing:
 	$(GO) test ./internal/pipeline -run '^TestPacingRateLimitedOrigin$$' -count=1 -timeout 60m -v -pacing.report $(CURDIR)/docs/img
+
+# The end-to-end benchmark (docs/benchmarks.md): the processor against
+# `processor broker` and the push simulator on loopback, scenarios a-e, with
+# the webpush-go-only ceiling. Writes bench/results/*.json and
+# docs/img/bench-*.svg and prints the tables. BENCH_FLAGS adds flags, for
+# example BENCH_FLAGS='--scenario a --events 20000'.
+.PHONY: bench
+bench:
+	$(GO) run ./cmd/bench --scenario all $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin data
