@@ -83,7 +83,9 @@ func (s *Signer) Verify(r *kgo.Record, now time.Time) error {
 		return errSigMalformed
 	}
 	got, err := base64.RawURLEncoding.DecodeString(b64)
-	if err != nil || len(got) != sha256.Size {
+	// The decoder skips \r and \n and ignores stray low bits: accept only
+	// the one canonical spelling, so a signature cannot be varied.
+	if err != nil || len(got) != sha256.Size || base64.RawURLEncoding.EncodeToString(got) != b64 {
 		return errSigMalformed
 	}
 	for _, k := range s.keys {

@@ -61,6 +61,11 @@ func (p *Processor) route(ctx context.Context, ps *partition, t *tracked) []*kgo
 	now := p.cfg.Now()
 	src := ps.src
 	meta := topology.Meta{FirstSeen: now, Origin: topology.OriginOf(r)}
+	if len(r.Key) > maxKeyLen {
+		// Its retry records could not be produced; nobody keys by megabytes.
+		meta.RedriveCount = redriveCount(r)
+		return []*kgo.Record{p.deadLetter(r, meta, topology.ReasonInvalidEvent, "record key is "+strconv.Itoa(len(r.Key))+" bytes, limit "+strconv.Itoa(maxKeyLen))}
+	}
 	if src.Retry {
 		if err := p.signer.Verify(r, now); err != nil {
 			p.log.Warn("retry record refused", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
@@ -300,7 +305,18 @@ func (p *Processor) deadLetter(r *kgo.Record, meta topology.Meta, reason topolog
 	meta.Reason = reason
 	meta.Error = truncate(cause, 200)
 	hs := appendTrace(meta.Headers(make([]kgo.RecordHeader, 0, 8)), r)
-	return &kgo.Record{Topic: p.cfg.Names.DLQ(), Key: r.Key, Value: r.Value, Headers: hs}
+	// A value too large to be an event, or an oversized key, is left out
+	// (push-error says why): it could never be redriven, and it may not fit
+	// the DLQ topic, where a refused produce would hold back the
+	// partition's commits for good.
+	key, value := r.Key, r.Value
+	if len(value) > event.MaxEventSize {
+		value = nil
+	}
+	if len(key) > maxKeyLen {
+		key = nil
+	}
+	return &kgo.Record{Topic: p.cfg.Names.DLQ(), Key: key, Value: value, Headers: hs}
 }
 
 type outcomeInfo struct {
@@ -358,12 +374,24 @@ func (p *Processor) goneEvent(r *kgo.Record, e *event.Event, status int, now tim
 	return &kgo.Record{Topic: p.cfg.Names.Gone(), Key: []byte(e.EndpointHash()), Value: v, Headers: hs}
 }
 
-// appendTrace carries the W3C trace context of the source record forward.
+// maxKeyLen bounds the record key the processor accepts and copies.
+const maxKeyLen = 4096
+
+// appendTrace carries the W3C trace context of the source record forward:
+// the first traceparent and tracestate only, and only of a sane size (W3C:
+// 55 and at most 512 bytes), so hostile headers are never copied.
 func appendTrace(hs []kgo.RecordHeader, r *kgo.Record) []kgo.RecordHeader {
+	var parent, state bool
 	for _, h := range r.Headers {
-		if h.Key == topology.HeaderTraceparent || h.Key == "tracestate" {
-			hs = append(hs, h)
+		switch {
+		case h.Key == topology.HeaderTraceparent && !parent && len(h.Value) <= 128:
+			parent = true
+		case h.Key == "tracestate" && !state && len(h.Value) <= 512:
+			state = true
+		default:
+			continue
 		}
+		hs = append(hs, h)
 	}
 	return hs
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/tierpush/tierpush/internal/admin"
 	"github.com/tierpush/tierpush/internal/broker"
@@ -77,6 +78,9 @@ type Options struct {
 	// GuardOptions add to the processor's SSRF policy, which allows the
 	// simulators insecure.
 	GuardOptions []netguard.Option
+	// KafkaLogs sends the processor's kgo client logs to Log too, as the
+	// processor command does.
+	KafkaLogs bool
 }
 
 // Env is a running pipeline.
@@ -295,7 +299,11 @@ func (e *Env) StartProcessor() *pipeline.Processor {
 	if e.opts.Hooks != nil {
 		opts = append(opts, pipeline.WithHooks(e.opts.Hooks))
 	}
-	p, err := pipeline.New(pc, e.log, sender, e.Signer, e.kgoOpts(), opts...)
+	kopts := e.kgoOpts()
+	if e.opts.KafkaLogs {
+		kopts = append(kopts, kgo.WithLogger(kslog.New(e.log.With("component", "kafka"))))
+	}
+	p, err := pipeline.New(pc, e.log, sender, e.Signer, kopts, opts...)
 	if err != nil {
 		e.tb.Fatal(err)
 	}
