@@ -78,7 +78,7 @@ func DefaultConfig() Config {
 		ErrorHaltRate:    0.50,
 		OpenFor:          10 * time.Second,
 		Probes:           3,
-		MinSamples:       50,
+		MinSamples:       30,
 		CalmRate:         0.01,
 		CalmFor:          120 * time.Second,
 		RaiseEvery:       30 * time.Second,
