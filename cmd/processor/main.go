@@ -50,6 +50,7 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"topics":  runTopics,
 	"pushsim": runPushsim,
 	"dlq":     runDLQ,
+	"status":  runStatus,
 	"demo":    runDemo,
 }
 
@@ -79,6 +80,7 @@ func printHelp(w io.Writer) {
        processor topics ensure     create or check every topic
        processor dlq list|redrive  inspect or replay the dead-letter topic
        processor pushsim [flags]   run the push service simulator
+       processor status [flags]    a running processor's pacing and lag, from its /metrics
        processor demo [flags]      subscribe at the simulator and produce sample events
 `)
 }
