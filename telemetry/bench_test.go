@@ -3,6 +3,7 @@ package telemetry_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func BenchmarkTracing(b *testing.B) {
 				sim := pushsim.DefaultConfig()
 				sim.VerifyEvery = 100
 				sim.KeepDeliveries = 1
-				o := testenv.Options{Sim: &sim}
+				o := testenv.Options{Sim: &sim, Pipeline: func(pc *pipeline.Config) { pc.Pacing.Enabled = os.Getenv("NOPACE") == "" }}
 				if traced {
 					tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 					b.Cleanup(func() { tp.Shutdown(context.Background()) })

@@ -150,6 +150,7 @@ func registerPacingFlags(fs *flag.FlagSet, p *pacing.Config) {
 	fs.DurationVar(&p.SenderWideWindow, "pacing-sender-wide-window", p.SenderWideWindow, "window of the sender-wide rule")
 	fs.Float64Var(&p.RetryShare, "pacing-retry-share", p.RetryShare, "most of an origin's slots retries may hold while first sends wait")
 	fs.IntVar(&p.QueueLimit, "pacing-queue", p.QueueLimit, "sends waiting per origin before the lowest tier goes back to the ladder")
+	fs.DurationVar(&p.ShedAfter, "pacing-shed-after", p.ShedAfter, "how long an origin's queue may stand still before it sheds its lowest tier")
 }
 
 func registerTopicFlags(fs *flag.FlagSet, s *admin.Spec) {

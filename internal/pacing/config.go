@@ -57,9 +57,11 @@ type Config struct {
 	// RetryShare is the most of an origin's slots retries may hold while
 	// first attempts wait.
 	RetryShare float64
-	// QueueLimit bounds the requests waiting for one origin; past it the
-	// lowest tier waiting is deferred to the retry ladder.
+	// QueueLimit bounds the requests waiting for one origin that has
+	// throttled the sender, or whose oldest waiter has waited ShedAfter;
+	// past it the lowest tier waiting is deferred to the retry ladder.
 	QueueLimit int
+	ShedAfter  time.Duration
 }
 
 // DefaultConfig: 60 s window; cut by 25% above 5% 429s (at most every 5 s);
@@ -92,6 +94,7 @@ func DefaultConfig() Config {
 		Weights:          [3]int{6, 3, 1},
 		RetryShare:       0.20,
 		QueueLimit:       256,
+		ShedAfter:        time.Second,
 	}
 }
 
@@ -140,6 +143,9 @@ func (c Config) Validate() error {
 	}
 	if c.SenderWideSubs < 1 {
 		errs = append(errs, fmt.Errorf("--pacing-sender-wide-subs: %d, want at least 1", c.SenderWideSubs))
+	}
+	if c.ShedAfter < 0 {
+		errs = append(errs, fmt.Errorf("--pacing-shed-after: %s, want 0 or more", c.ShedAfter))
 	}
 	if c.QueueLimit < 1 {
 		errs = append(errs, fmt.Errorf("--pacing-queue: %d, want at least 1", c.QueueLimit))

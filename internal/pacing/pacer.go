@@ -198,10 +198,10 @@ type grant struct {
 }
 
 type waiter struct {
-	ch    chan grant
-	req   Request
-	seq   uint64
-	index int // position bookkeeping is by scan; queues are short
+	ch  chan grant
+	req Request
+	seq uint64
+	enq time.Time
 }
 
 type bucket struct {
@@ -309,8 +309,10 @@ func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time
 	if l.waiting == 0 && !now.Before(l.paused) && l.inFlight < l.limitInt() && l.retryAllowed(req.Retry, false) && l.tokenLocked(ti, now) {
 		return nil, l.grantLocked(p, req, now), time.Time{}
 	}
-	if l.waiting >= l.cfg.QueueLimit {
-		// Full: the lowest tier waiting yields, if it is lower than ours.
+	if l.waiting >= l.cfg.QueueLimit && (l.rate > 0 || now.Sub(l.oldestLocked()) >= l.cfg.ShedAfter) {
+		// Full, and the origin has throttled us or its queue stands
+		// still: the lowest tier waiting yields, if it is lower than ours.
+		// A burst to a healthy origin that drains its queue waits instead.
 		victim := l.evictLocked(ti)
 		if victim == nil {
 			return nil, nil, time.Time{}
@@ -318,12 +320,28 @@ func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time
 		victim.ch <- grant{}
 	}
 	l.seq++
-	w := &waiter{ch: make(chan grant, 1), req: req, seq: l.seq}
+	w := &waiter{ch: make(chan grant, 1), req: req, seq: l.seq, enq: now}
 	q := &l.queues[ti][boolIndex(req.Retry)]
 	*q = append(*q, w)
 	l.waiting++
 	l.armLocked(now)
 	return w, nil, time.Time{}
+}
+
+// oldestLocked is when the longest-waiting request was queued.
+func (l *lane) oldestLocked() time.Time {
+	var oldest *waiter
+	for t := range l.queues {
+		for r := range l.queues[t] {
+			if q := l.queues[t][r]; len(q) > 0 && (oldest == nil || q[0].seq < oldest.seq) {
+				oldest = q[0]
+			}
+		}
+	}
+	if oldest == nil {
+		return time.Time{}
+	}
+	return oldest.enq
 }
 
 // maxHold is the longest pause tier-1 requests wait out in memory rather

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/tiers"
@@ -224,7 +225,7 @@ func TestQueueLimit(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newHarness(t, func(c *pacing.Config) { c.MaxLimit = 1; c.QueueLimit = len(tt.queued) })
+				h := newHarness(t, func(c *pacing.Config) { c.MaxLimit = 1; c.QueueLimit = len(tt.queued); c.ShedAfter = 0 })
 				held := h.saturate(1)
 				out := make(chan got, len(tt.queued)+1)
 				for _, a := range tt.queued {
@@ -254,6 +255,40 @@ func TestQueueLimit(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestShedAfter: a healthy origin's full queue takes a burst as long as it
+// keeps moving; once its oldest waiter has stood ShedAfter, the lowest
+// tier is shed.
+func TestShedAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *pacing.Config) { c.MaxLimit = 1; c.QueueLimit = 2; c.ShedAfter = time.Second })
+		held := h.saturate(1)
+		out := make(chan got, 8)
+		for _, name := range []string{"a", "b", "c"} {
+			h.spawn(context.Background(), name, h.req(tiers.Tier3, false), out)
+			synctest.Wait()
+		}
+		select {
+		case g := <-out:
+			t.Fatalf("%s returned before the queue stood still", g.name)
+		default:
+		}
+		if got := h.lane().Waiting; got != 3 {
+			t.Errorf("waiting = %d, want 3: a moving queue takes the burst", got)
+		}
+		time.Sleep(time.Second)
+		h.spawn(context.Background(), "urgent", h.req(tiers.Tier1, false), out)
+		synctest.Wait()
+		if g := next(t, out); g.name != "c" || g.slot != nil {
+			t.Errorf("returned %s (slot %v), want c shed", g.name, g.slot != nil)
+		}
+		h.p.Close()
+		for range 3 {
+			next(t, out)
+		}
+		held[0].Done(ok)
+	})
 }
 
 // TestClose: waiters and later requests are deferred; Close is safe twice.
