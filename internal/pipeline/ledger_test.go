@@ -75,35 +75,42 @@ func TestLedger(t *testing.T) {
 			t.Fatal(err)
 		}
 		fakeElapsed = time.Since(start)
-		for id, c := range cases {
-			outs := got[id]
-			if len(outs) != 1 {
-				t.Errorf("%s (%s): %d outcome records, want exactly 1", id, c.name, len(outs))
-				continue
-			}
-			o := outs[0]
-			if topology.Outcome(o.Outcome) != c.outcome || topology.Reason(o.Reason) != c.reason {
-				t.Errorf("%s (%s): outcome %s/%s, want %s/%s", id, c.name, o.Outcome, o.Reason, c.outcome, c.reason)
-			}
-		}
-		if len(got) != n {
-			t.Errorf("outcomes for %d ids, want %d", len(got), n)
-		}
-		delivered := 0
-		for _, d := range env.Sim.Deliveries() {
-			if d.Status != 201 {
-				continue
-			}
-			delivered++
-			if want := payloads[d.SubID]; !d.Verified || !bytes.Equal(d.Payload, want) {
-				t.Errorf("sub %s: simulator decrypted %q (verified %v), want %q", d.SubID, d.Payload, d.Verified, want)
-			}
-		}
-		// 79% delivered first time, 10% after a 503 and 5% after a 429.
-		if want := n * 94 / 100; delivered != want {
-			t.Errorf("simulator answered 201 %d times, want %d", delivered, want)
-		}
+		checkLedger(t, env, n, cases, payloads, got)
 	})
 	wall := time.Since(wallStart)
 	t.Logf("ledger: %d events in %s wall (%.0f events/s), %s of simulated retry time", n, wall.Round(time.Millisecond), float64(n)/wall.Seconds(), fakeElapsed.Round(time.Second))
+}
+
+// checkLedger asserts the ledger of a mix workload: every id exactly once
+// with its expected outcome, and every delivered payload decrypted
+// byte-exactly by the simulator.
+func checkLedger(t *testing.T, env *testenv.Env, n int, cases map[string]mixCase, payloads map[string][]byte, got map[string][]testenv.Outcome) {
+	t.Helper()
+	for id, c := range cases {
+		outs := got[id]
+		if len(outs) != 1 {
+			t.Errorf("%s (%s): %d outcome records, want exactly 1", id, c.name, len(outs))
+			continue
+		}
+		if o := outs[0]; topology.Outcome(o.Outcome) != c.outcome || topology.Reason(o.Reason) != c.reason {
+			t.Errorf("%s (%s): outcome %s/%s, want %s/%s", id, c.name, o.Outcome, o.Reason, c.outcome, c.reason)
+		}
+	}
+	if len(got) != n {
+		t.Errorf("outcomes for %d ids, want %d", len(got), n)
+	}
+	delivered := 0
+	for _, d := range env.Sim.Deliveries() {
+		if d.Status != 201 {
+			continue
+		}
+		delivered++
+		if want := payloads[d.SubID]; !d.Verified || !bytes.Equal(d.Payload, want) {
+			t.Errorf("sub %s: simulator decrypted %q (verified %v), want %q", d.SubID, d.Payload, d.Verified, want)
+		}
+	}
+	// 79% delivered first time, 10% after a 503 and 5% after a 429.
+	if want := n * 94 / 100; delivered != want {
+		t.Errorf("simulator answered 201 %d times, want %d", delivered, want)
+	}
 }

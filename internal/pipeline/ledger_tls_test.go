@@ -1,7 +1,6 @@
 package pipeline_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"github.com/tierpush/tierpush/internal/broker"
 	"github.com/tierpush/tierpush/internal/testenv"
 	"github.com/tierpush/tierpush/tiers"
-	"github.com/tierpush/tierpush/topology"
 )
 
 // TestLedgerTLSSCRAM is the ledger test with every Kafka connection over
@@ -53,32 +51,7 @@ func TestLedgerTLSSCRAM(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for id, c := range cases {
-			outs := got[id]
-			if len(outs) != 1 {
-				t.Errorf("%s (%s): %d outcome records, want exactly 1", id, c.name, len(outs))
-				continue
-			}
-			if o := outs[0]; topology.Outcome(o.Outcome) != c.outcome || topology.Reason(o.Reason) != c.reason {
-				t.Errorf("%s (%s): outcome %s/%s, want %s/%s", id, c.name, o.Outcome, o.Reason, c.outcome, c.reason)
-			}
-		}
-		if len(got) != n {
-			t.Errorf("outcomes for %d ids, want %d", len(got), n)
-		}
-		delivered := 0
-		for _, d := range env.Sim.Deliveries() {
-			if d.Status != 201 {
-				continue
-			}
-			delivered++
-			if want := payloads[d.SubID]; !d.Verified || !bytes.Equal(d.Payload, want) {
-				t.Errorf("sub %s: simulator decrypted %q (verified %v), want %q", d.SubID, d.Payload, d.Verified, want)
-			}
-		}
-		if want := n * 94 / 100; delivered != want {
-			t.Errorf("simulator answered 201 %d times, want %d", delivered, want)
-		}
+		checkLedger(t, env, n, cases, payloads, got)
 
 		// The broker really demands both: a wrong password and a
 		// plaintext client get nowhere.
