@@ -1,10 +1,14 @@
-// Package dispatch sends one notification to its push service with
-// webpush-go (RFC 8291 encryption, RFC 8292 VAPID) over a shared, tuned HTTP
-// client, and classifies the answer. It does not decide where a record goes
-// next (package topology does) nor how fast to send (package pacing).
+// Package dispatch sends one notification to its push service over a
+// shared, tuned HTTP client, and classifies the answer: RFC 8291 encryption
+// with the standard library's crypto (ecdh, hkdf, AES-GCM), the same
+// message webpush-go builds, and an RFC 8292 VAPID JWT per push service
+// that is signed once and reused, not signed per send. It does not decide
+// where a record goes next (package topology does) nor how fast to send
+// (package pacing).
 package dispatch
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -15,11 +19,11 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	webpush "github.com/SherClockHolmes/webpush-go"
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tierpush/tierpush/internal/event"
@@ -93,11 +97,11 @@ func ValidateVAPID(v VAPID) error {
 	return nil
 }
 
-// WebPush is the Sender built on webpush-go.
+// WebPush is the Web Push Sender.
 type WebPush struct {
-	cfg    Config
-	opts   webpush.Options // template; copied per send
-	client *vapidClient
+	cfg   Config
+	hc    *http.Client
+	vapid *vapidCache
 }
 
 var _ Sender = (*WebPush)(nil)
@@ -110,8 +114,7 @@ func New(cfg Config, hc *http.Client) (*WebPush, error) {
 		return nil, err
 	}
 	priv, _ := decodeKey(cfg.VAPID.PrivateKey)
-	vc := &vapidClient{
-		hc:       hc,
+	vc := &vapidCache{
 		key:      privateKey(priv),
 		pub:      strings.TrimRight(cfg.VAPID.PublicKey, "="),
 		subject:  subjectClaim(cfg.VAPID.Subject),
@@ -120,17 +123,7 @@ func New(cfg Config, hc *http.Client) (*WebPush, error) {
 		now:      cfg.Now,
 		byAud:    make(map[string]vapidHeader),
 	}
-	return &WebPush{
-		cfg:    cfg,
-		client: vc,
-		opts: webpush.Options{
-			HTTPClient: vc,
-			// webpush-go prepends "mailto:" unless the subject is https.
-			Subscriber:      strings.TrimPrefix(cfg.VAPID.Subject, "mailto:"),
-			VAPIDPublicKey:  cfg.VAPID.PublicKey,
-			VAPIDPrivateKey: cfg.VAPID.PrivateKey,
-		},
-	}, nil
+	return &WebPush{cfg: cfg, hc: hc, vapid: vc}, nil
 }
 
 // Send encrypts and posts e with the remaining ttl, then classifies the
@@ -139,23 +132,14 @@ func New(cfg Config, hc *http.Client) (*WebPush, error) {
 func (w *WebPush) Send(ctx context.Context, e *event.Event, ttl time.Duration) topology.Result {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
 	defer cancel()
-	opts := w.opts
-	opts.TTL = int(ttl / time.Second) // always set: webpush-go sends 0 otherwise
-	if opts.TTL == 0 && ttl > 0 {
-		opts.TTL = 1 // TTL 0 means "now or never"; a sub-second remainder is not that
+	req, err := w.request(ctx, e, ttl)
+	if err != nil {
+		if errors.Is(err, errPayloadTooLarge) {
+			return topology.Result{Class: topology.ClassTooLarge, Err: err.Error()}
+		}
+		return Classify(0, nil, err, w.cfg.Now())
 	}
-	opts.Urgency = webpush.Urgency(e.Urgency)
-	opts.Topic = e.Topic
-	sub := webpush.Subscription{
-		Endpoint: e.Endpoint,
-		Keys: webpush.Keys{
-			P256dh: base64.RawURLEncoding.EncodeToString(e.P256dh),
-			Auth:   base64.RawURLEncoding.EncodeToString(e.Auth),
-		},
-	}
-	// webpush-go appends padding into spare capacity: give it none.
-	msg := e.Payload[:len(e.Payload):len(e.Payload)]
-	resp, err := webpush.SendNotificationWithContext(ctx, msg, &sub, &opts)
+	resp, err := w.hc.Do(req)
 	if err != nil {
 		if isBlocked(err) {
 			return topology.Result{Class: topology.ClassBlocked, Err: "endpoint address refused at dial time"}
@@ -167,6 +151,41 @@ func (w *WebPush) Send(ctx context.Context, e *event.Event, ttl time.Duration) t
 	return Classify(resp.StatusCode, resp.Header, nil, w.cfg.Now())
 }
 
+// request builds the RFC 8030 push request: the encrypted body, TTL,
+// Urgency, Topic and the cached VAPID Authorization of the endpoint's
+// origin.
+func (w *WebPush) request(ctx context.Context, e *event.Event, ttl time.Duration) (*http.Request, error) {
+	body, err := encrypt(e.Payload, e.P256dh, e.Auth)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.Endpoint, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	secs := int(ttl / time.Second) // always set: an absent TTL is 0 at some push services
+	if secs == 0 && ttl > 0 {
+		secs = 1 // TTL 0 means "now or never"; a sub-second remainder is not that
+	}
+	h := req.Header
+	h.Set("Content-Encoding", "aes128gcm")
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("TTL", strconv.Itoa(secs))
+	if e.Topic != "" {
+		h.Set("Topic", e.Topic)
+	}
+	switch e.Urgency {
+	case event.UrgencyVeryLow, event.UrgencyLow, event.UrgencyNormal, event.UrgencyHigh:
+		h.Set("Urgency", e.Urgency)
+	}
+	auth, err := w.vapid.header(req.URL.Scheme + "://" + req.URL.Host)
+	if err != nil {
+		return nil, err
+	}
+	h.Set("Authorization", auth)
+	return req, nil
+}
+
 // isBlocked reports a connection the dial-time address check refused: zero
 // bytes reached the address.
 func isBlocked(err error) bool {
@@ -174,11 +193,11 @@ func isBlocked(err error) bool {
 	return errors.As(err, &b)
 }
 
-// vapidClient puts a cached VAPID JWT per audience on every request:
-// webpush-go signs a fresh one per send, which push services (Apple first)
-// ask senders not to do.
-type vapidClient struct {
-	hc       *http.Client
+// vapidCache holds one VAPID Authorization header per audience (push
+// service origin), re-signed every refresh: push services (Apple first) ask
+// senders not to sign a fresh JWT per send, and signing costs more CPU than
+// the encryption.
+type vapidCache struct {
 	key      *ecdsa.PrivateKey
 	pub      string
 	subject  string
@@ -195,16 +214,7 @@ type vapidHeader struct {
 	minted time.Time
 }
 
-func (v *vapidClient) Do(req *http.Request) (*http.Response, error) {
-	h, err := v.header(req.URL.Scheme + "://" + req.URL.Host)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", h)
-	return v.hc.Do(req)
-}
-
-func (v *vapidClient) header(aud string) (string, error) {
+func (v *vapidCache) header(aud string) (string, error) {
 	now := v.now()
 	v.mu.Lock()
 	defer v.mu.Unlock()
