@@ -1,0 +1,226 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierpush/tierpush/internal/pushsim"
+	"github.com/tierpush/tierpush/internal/testenv"
+	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
+)
+
+// kind is one row of the ledger failure mix.
+type kind struct {
+	name    string
+	script  []pushsim.Response
+	bad     bool // malformed: a 12-byte auth secret
+	outcome topology.Outcome
+	reason  topology.Reason
+}
+
+var (
+	kindOK        = kind{name: "ok", outcome: topology.OutcomeDelivered, reason: topology.ReasonDelivered}
+	kind503Once   = kind{name: "503-once", script: []pushsim.Response{{Status: 503}}, outcome: topology.OutcomeDelivered, reason: topology.ReasonDelivered}
+	kind429       = kind{name: "429-retry-after", script: []pushsim.Response{{Status: 429, RetryAfter: "5"}}, outcome: topology.OutcomeDelivered, reason: topology.ReasonDelivered}
+	kind410       = kind{name: "410", script: []pushsim.Response{{Status: 410, Repeat: true}}, outcome: topology.OutcomeGone, reason: topology.ReasonGone}
+	kindAlways500 = kind{name: "always-500", script: []pushsim.Response{{Status: 500, Repeat: true}}, outcome: topology.OutcomeDead, reason: topology.ReasonMaxAttempts}
+	kindMalformed = kind{name: "malformed", bad: true, outcome: topology.OutcomeDead, reason: topology.ReasonInvalidEvent}
+)
+
+// ledgerMix is the failure mix of the pipeline's ledger test, by event
+// number: 10% 503 once, 5% 429 with Retry-After 5, 3% 410, 2% always 500,
+// 1% malformed, 79% delivered at once.
+func ledgerMix(i int) kind {
+	switch r := i % 100; {
+	case r < 10:
+		return kind503Once
+	case r < 15:
+		return kind429
+	case r < 18:
+		return kind410
+	case r < 20:
+		return kindAlways500
+	case r < 21:
+		return kindMalformed
+	}
+	return kindOK
+}
+
+// event is one produced event; its payload is its id, so the simulator's
+// decrypted payloads count the sends of each event.
+type event struct {
+	id   string
+	kind kind
+	tier tiers.Tier
+	rec  *kgo.Record
+}
+
+// mix makes n events of the ledger mix, tiers in turn, each to its own
+// subscription.
+func (c *cluster) mix(prefix string, n int) []*event {
+	evs := make([]*event, n)
+	for i := range n {
+		k := ledgerMix(i)
+		id := fmt.Sprintf("%s-%05d", prefix, i)
+		sub := c.sim.Subscribe(k.script...)
+		if k.bad {
+			sub.Auth = sub.Auth[:16] // 12 bytes
+		}
+		t := tiers.All[i%len(tiers.All)]
+		evs[i] = &event{id: id, kind: k, tier: t, rec: &kgo.Record{
+			Topic: names.Tier(t), Key: []byte(sub.ID), Value: testenv.Event(id, sub, id, nil),
+		}}
+	}
+	return evs
+}
+
+func records(evs []*event) []*kgo.Record {
+	rs := make([]*kgo.Record, len(evs))
+	for i, e := range evs {
+		rs[i] = e.rec
+	}
+	return rs
+}
+
+// tally is what the ledger and the simulator say about a set of events.
+type tally struct {
+	events      int
+	lost        int // no terminal record, or meant to be delivered and never was
+	wrong       int // terminal record other than the mix's
+	dupSends    int // deliveries (201) beyond the first, per event
+	dupOutcomes int // terminal records beyond the first, per event
+	sends201    int
+}
+
+// deliveries counts the simulator's 201 answers per decrypted payload.
+func deliveries(sim *pushsim.Server) map[string]int {
+	out := make(map[string]int)
+	for _, d := range sim.Deliveries() {
+		if d.Status == 201 && d.Verified {
+			out[string(d.Payload)]++
+		}
+	}
+	return out
+}
+
+// duplicateTimes returns when the simulator answered 201 to an event it had
+// already answered 201, oldest first.
+func duplicateTimes(sim *pushsim.Server) []time.Time {
+	seen := make(map[string]bool)
+	var out []time.Time
+	for _, d := range sim.Deliveries() {
+		if d.Status != 201 || !d.Verified {
+			continue
+		}
+		if seen[string(d.Payload)] {
+			out = append(out, d.At)
+		}
+		seen[string(d.Payload)] = true
+	}
+	return out
+}
+
+// describeTimes summarises ts relative to ref: "n between +a and +b".
+func describeTimes(ts []time.Time, ref time.Time) string {
+	if len(ts) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d, from %+.1f s to %+.1f s", len(ts), ts[0].Sub(ref).Seconds(), ts[len(ts)-1].Sub(ref).Seconds())
+}
+
+// check compares the ledger and the simulator with what each event of evs
+// should have come to, failing t for each event lost or wrongly routed.
+func (c *cluster) check(t *testing.T, evs []*event) tally {
+	t.Helper()
+	sent := deliveries(c.sim)
+	var tl tally
+	tl.events = len(evs)
+	var bad, dup []*event
+	defer func() {
+		if len(bad) > 0 {
+			c.explain(context.Background(), bad)
+		} else if len(dup) > 0 {
+			t.Logf("the first events sent or recorded more than once:")
+			c.explain(context.Background(), dup)
+		}
+	}()
+	report := func(format string, args ...any) {
+		if tl.lost+tl.wrong <= 10 {
+			t.Errorf(format, args...)
+		}
+	}
+	for _, e := range evs {
+		recs := c.ledger.records(e.id)
+		n := sent[e.id]
+		tl.sends201 += n
+		tl.dupSends += max(n-1, 0)
+		switch {
+		case len(recs) == 0:
+			tl.lost++
+			bad = append(bad, e)
+			report("%s (%s, %s): no terminal record in %s", e.id, e.kind.name, e.tier, names.Outcomes())
+			continue
+		case e.kind.outcome == topology.OutcomeDelivered && n == 0:
+			tl.lost++
+			bad = append(bad, e)
+			report("%s (%s, %s): ledger says %s but the push service never got it", e.id, e.kind.name, e.tier, recs[0].Outcome)
+			continue
+		}
+		tl.dupOutcomes += len(recs) - 1
+		if (n > 1 || len(recs) > 1) && len(dup) < 5 {
+			dup = append(dup, e)
+		}
+		for _, r := range recs {
+			if topology.Outcome(r.Outcome) != e.kind.outcome || topology.Reason(r.Reason) != e.kind.reason {
+				tl.wrong++
+				bad = append(bad, e)
+				report("%s (%s, %s): outcome %s/%s after %d attempts (status %d), want %s/%s",
+					e.id, e.kind.name, e.tier, r.Outcome, r.Reason, r.Attempts, r.Status, e.kind.outcome, e.kind.reason)
+				break
+			}
+		}
+	}
+	type kindStat struct {
+		n, maxAttempts      int
+		maxLatency, maxSpan time.Duration
+	}
+	byKind := make(map[string]*kindStat)
+	for _, e := range evs {
+		recs := c.ledger.records(e.id)
+		if len(recs) == 0 {
+			continue
+		}
+		ks := byKind[e.kind.name]
+		if ks == nil {
+			ks = new(kindStat)
+			byKind[e.kind.name] = ks
+		}
+		ks.n++
+		ks.maxAttempts = max(ks.maxAttempts, recs[0].Attempts)
+		ks.maxLatency = max(ks.maxLatency, time.Duration(recs[0].LatencyMS)*time.Millisecond)
+		if recs[0].FirstSeen > 0 {
+			ks.maxSpan = max(ks.maxSpan, time.Duration(recs[0].At-recs[0].FirstSeen)*time.Millisecond)
+		}
+	}
+	var parts []string
+	for _, k := range []kind{kindOK, kind503Once, kind429, kind410, kindAlways500, kindMalformed} {
+		if ks := byKind[k.name]; ks != nil {
+			parts = append(parts, fmt.Sprintf("%s %d (≤%d attempts, latency_ms ≤%s, at−first_seen ≤%s)",
+				k.name, ks.n, ks.maxAttempts, ks.maxLatency.Round(100*time.Millisecond), ks.maxSpan.Round(100*time.Millisecond)))
+		}
+	}
+	t.Logf("ledger by kind: %s", strings.Join(parts, "; "))
+	if bad := c.ledger.malformed(); len(bad) > 0 {
+		t.Errorf("%d malformed outcome records, first %s", len(bad), bad[0])
+	}
+	if tl.lost+tl.wrong > 10 {
+		t.Errorf("... %d lost and %d wrongly routed in all", tl.lost, tl.wrong)
+	}
+	return tl
+}
