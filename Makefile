@@ -2,10 +2,12 @@
 GO        ?= go
 BIN       ?= bin/processor
 FUZZTIME  ?= 60s
+# How many times in a row `make test-faults` runs the fault suite.
+FAULT_RUNS ?= 1
 # The Jaeger v2 all-in-one the end-to-end tracing test runs, built once.
 JAEGER_BIN ?= $(CURDIR)/.cache/jaeger
 
-.PHONY: all build run test test-short test-deploy lint vet fmt fuzz clean bench-pacing jaeger
+.PHONY: all build run test test-short test-deploy test-faults lint vet fmt fuzz clean bench-pacing jaeger
 
 all: build
 
@@ -28,6 +30,13 @@ test: jaeger
 # (a separate module: Helm, client-go and compose-go stay out of this one).
 test-deploy:
 	cd deploy/check && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+
+# The fault suite (test/faults, docs/reliability.md): a broker process and
+# three processors in one group through SIGKILLs, a rolling restart, a broker
+# restart, a push service outage, scale-out and poison records, checking the
+# ledger; prints the table. FAULT_RUNS=3 runs it three times in a row.
+test-faults:
+	TIERPUSH_FAULTS=1 $(GO) test ./test/faults -run '^TestFaults$$' -count=$(FAULT_RUNS) -parallel 5 -v -timeout $$(( $(FAULT_RUNS) * 40 ))m
 
 # Jaeger v2 from the Go module proxy, in its own module (tools/jaeger) with
 # its replace for sarama. Its go.sum pins every hash; some of its

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -198,6 +199,14 @@ func serveHTTP(addr string, p *pipeline.Processor, metrics http.Handler, log *sl
 		io.WriteString(w, "ready\n")
 	})
 	mux.Handle("GET /metrics", metrics)
+	if os.Getenv("TIERPUSH_PPROF") != "" {
+		// CPU and heap profiles for `go run ./cmd/bench --profile`. Off by
+		// default; never /debug/pprof/cmdline, which would show secret flags.
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		for _, name := range []string{"heap", "allocs", "goroutine"} {
+			mux.Handle("GET /debug/pprof/"+name, pprof.Handler(name))
+		}
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -1,0 +1,202 @@
+// Command bench measures tierpush end to end on one machine: it starts the
+// embedded broker (`processor broker`) and the processor (`processor run`) as
+// child processes, serves the push simulator in its own process, produces N
+// events, reads push.outcomes until every event has its outcome, and reports
+// throughput, CPU per 1,000 events, peak RSS, end-to-end latency per tier,
+// retry lateness and allocations per event, with a webpush-go-only ceiling
+// for comparison. It writes bench/results/<scenario>.json, a Markdown table
+// on stdout and SVG charts.
+//
+// It is a measuring tool, not part of the pipeline: it owns every process it
+// starts and stops them before it returns.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// config is the bench's configuration, from flags.
+type config struct {
+	Events      int
+	Scenarios   []string
+	Brokers     []string
+	MaxInFlight int
+	Out         string
+	Charts      string
+	Processor   string
+	Profile     string
+	DEvents     int
+	RSSEvents   int
+	RSSHold     time.Duration
+	VerifyEvery int
+	Timeout     time.Duration
+	Quiet       bool
+	// ProcessorFlags and ProcessorEnv are added to `processor run`'s
+	// arguments and environment (and recorded in the results).
+	ProcessorFlags []string
+	ProcessorEnv   []string
+	// Tag names a variant: results and charts go to <scenario>-<tag>.
+	Tag string
+}
+
+func defaultConfig() config {
+	return config{
+		Events:      100_000,
+		Scenarios:   []string{"all"},
+		MaxInFlight: 768,
+		Out:         "bench/results",
+		Charts:      "docs/img",
+		DEvents:     30_000,
+		RSSHold:     70 * time.Second,
+		VerifyEvery: 100,
+		Timeout:     6 * time.Minute,
+	}
+}
+
+func (c *config) register(fs *flag.FlagSet) {
+	fs.IntVar(&c.Events, "events", c.Events, "events per scenario (a, b, c)")
+	fs.Func("scenario", "scenarios to run, comma separated: a (all succeed), b (50 ms per push), c (ledger failure mix), d (rate-limited origin), e (RSS with every event waiting in retry steps), or all (default all)", func(v string) error {
+		c.Scenarios = strings.Split(v, ",")
+		return nil
+	})
+	fs.Func("brokers", "Kafka seed brokers of an existing cluster, comma separated (default: start `processor broker` per scenario)", func(v string) error {
+		c.Brokers = strings.Split(v, ",")
+		return nil
+	})
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "the processor's --max-in-flight, and the ceiling loop's concurrency")
+	fs.StringVar(&c.Out, "out", c.Out, "directory of the JSON results")
+	fs.StringVar(&c.Charts, "charts", c.Charts, "directory of the SVG charts (empty: none)")
+	fs.StringVar(&c.Processor, "processor", c.Processor, "processor binary (default: go build ./cmd/processor into a temp dir)")
+	fs.StringVar(&c.Profile, "profile", c.Profile, "directory for CPU and heap profiles of the processor (adds profiling overhead; empty: none)")
+	fs.IntVar(&c.DEvents, "d-events", c.DEvents, "events of scenario d, offered at 2,000/s")
+	fs.IntVar(&c.RSSEvents, "rss-events", c.RSSEvents, "events of scenario e (default: --events)")
+	fs.DurationVar(&c.RSSHold, "rss-hold", c.RSSHold, "how long scenario e samples RSS once every event waits in a retry step")
+	fs.IntVar(&c.VerifyEvery, "verify-every", c.VerifyEvery, "the simulator decrypts and verifies 1 request in N")
+	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "bound on the wait for one scenario's outcomes; past it the scenario reports what it reached")
+	fs.Func("processor-flags", "extra flags for `processor run`, space separated (e.g. \"--pacing=false\")", func(v string) error {
+		c.ProcessorFlags = strings.Fields(v)
+		return nil
+	})
+	fs.BoolVar(&c.Quiet, "quiet", c.Quiet, "no progress bar")
+	fs.Func("processor-env", "extra environment for `processor run`, KEY=VALUE, repeatable (e.g. GOMEMLIMIT=200MiB)", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return errors.New("want KEY=VALUE")
+		}
+		c.ProcessorEnv = append(c.ProcessorEnv, v)
+		return nil
+	})
+	fs.StringVar(&c.Tag, "tag", c.Tag, "name of a variant run: results and charts are written as <scenario>-<tag>")
+}
+
+var allScenarios = []string{"a", "b", "c", "d", "e"}
+
+// Validate names the flag at fault.
+func (c *config) Validate() error {
+	var errs []error
+	if c.Events < 1 {
+		errs = append(errs, fmt.Errorf("--events: %d, want at least 1", c.Events))
+	}
+	if c.DEvents < 1 {
+		errs = append(errs, fmt.Errorf("--d-events: %d, want at least 1", c.DEvents))
+	}
+	if c.RSSEvents < 0 {
+		errs = append(errs, fmt.Errorf("--rss-events: %d, want at least 0", c.RSSEvents))
+	}
+	if c.MaxInFlight < 1 || c.MaxInFlight > 100_000 {
+		errs = append(errs, fmt.Errorf("--max-in-flight: %d, want 1..100000", c.MaxInFlight))
+	}
+	if c.VerifyEvery < 1 {
+		errs = append(errs, fmt.Errorf("--verify-every: %d, want at least 1", c.VerifyEvery))
+	}
+	if c.Timeout < time.Minute {
+		errs = append(errs, fmt.Errorf("--timeout: %s, want at least 1m", c.Timeout))
+	}
+	if strings.ContainsAny(c.Tag, "/\\ ") {
+		errs = append(errs, fmt.Errorf("--tag: %q, want a name without slashes or spaces", c.Tag))
+	}
+	if c.Out == "" {
+		errs = append(errs, errors.New("--out: empty"))
+	}
+	var names []string
+	for _, s := range c.Scenarios {
+		s = strings.TrimSpace(s)
+		switch {
+		case s == "all":
+			names = append(names, allScenarios...)
+		case slices.Contains(allScenarios, s):
+			names = append(names, s)
+		default:
+			errs = append(errs, fmt.Errorf("--scenario: %q, want a, b, c, d, e or all", s))
+		}
+	}
+	slices.Sort(names)
+	c.Scenarios = slices.Compact(names)
+	if c.RSSEvents == 0 {
+		c.RSSEvents = c.Events
+	}
+	return errors.Join(errs...)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	b, err := newBench(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	b.command = "go run ./cmd/bench " + strings.Join(args, " ")
+	var results []*Result
+	for _, name := range cfg.Scenarios {
+		sc := scenarioNamed(name, cfg)
+		res, err := b.runScenario(ctx, sc)
+		if err != nil {
+			return fmt.Errorf("scenario %s: %w", name, err)
+		}
+		if err := writeResult(cfg.Out, res); err != nil {
+			return err
+		}
+		results = append(results, res)
+		if cfg.Charts != "" {
+			if err := writeChart(cfg.Charts, res); err != nil {
+				return err
+			}
+		}
+	}
+	writeTables(stdout, b.machine, results)
+	return nil
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tierpush/tierpush/internal/pushsim"
+	"github.com/tierpush/tierpush/tiers"
+)
+
+// scenario is one workload against one simulated push service.
+type scenario struct {
+	Name  string
+	Title string
+	// Events produced.
+	Events int
+	// Sim shapes the push service: latency, failures, rate limit.
+	Sim func(*pushsim.Config)
+	// Script, when set, scripts event i's subscription; malformed events
+	// carry a 12-byte auth secret.
+	Script func(i int) (script []pushsim.Response, malformed bool)
+	// Offered is the produce rate in events/s; 0 produces as fast as the
+	// broker takes them.
+	Offered float64
+	// Ceiling also runs the webpush-go-only loop over the same events.
+	Ceiling bool
+	// HoldRSS waits until every event sits in a retry step, samples the
+	// processor's RSS for the hold time, and stops without outcomes.
+	HoldRSS bool
+}
+
+func scenarioNamed(name string, cfg config) scenario {
+	switch name {
+	case "a":
+		return scenario{Name: "a", Title: "all succeed, no latency", Events: cfg.Events, Ceiling: true}
+	case "b":
+		return scenario{Name: "b", Title: "all succeed, 50 ms per push", Events: cfg.Events, Ceiling: true,
+			Sim: func(c *pushsim.Config) { c.Latency = 50 * time.Millisecond }}
+	case "c":
+		return scenario{Name: "c", Title: "ledger failure mix", Events: cfg.Events, Script: ledgerMix}
+	case "d":
+		// The pacing issue's origin: 500 requests/s with one second of
+		// burst, 429 + Retry-After: 1 above it, 15-25 ms per push, offered
+		// 2,000 events/s.
+		return scenario{Name: "d", Title: "rate-limited origin (500 req/s, Retry-After 1), 2,000 events/s offered", Events: cfg.DEvents, Offered: 2000,
+			Sim: func(c *pushsim.Config) {
+				c.RateLimit, c.Burst, c.RetryAfter = 500, 500, 1
+				c.Latency, c.LatencyJitter = 15*time.Millisecond, 10*time.Millisecond
+			}}
+	case "e":
+		return scenario{Name: "e", Title: fmt.Sprintf("RSS with %d events waiting in retry steps (every push answers 503)", cfg.RSSEvents),
+			Events: cfg.RSSEvents, HoldRSS: true,
+			Sim: func(c *pushsim.Config) { c.Fail503 = 1 }}
+	}
+	panic("unknown scenario " + name) // Validate lets none through
+}
+
+// ledgerMix is the failure mix of the ledger test (internal/pipeline): 10%
+// 503 once, 5% 429 with Retry-After 5, 3% 410, 2% always 500, 1% malformed,
+// the rest delivered at once.
+func ledgerMix(i int) ([]pushsim.Response, bool) {
+	switch r := i % 100; {
+	case r < 10:
+		return []pushsim.Response{{Status: 503}}, false
+	case r < 15:
+		return []pushsim.Response{{Status: 429, RetryAfter: "5"}}, false
+	case r < 18:
+		return []pushsim.Response{{Status: 410, Repeat: true}}, false
+	case r < 20:
+		return []pushsim.Response{{Status: 500, Repeat: true}}, false
+	case r < 21:
+		return nil, true
+	}
+	return nil, false
+}
+
+// tierOf spreads events like the dev workload: 20% tier1, 30% tier2, 50%
+// tier3. It reads the hundreds digit, so the tier is independent of the
+// ledger mix (which reads i % 100): each tier gets the same failure mix.
+func tierOf(i int) tiers.Tier {
+	switch r := i / 100 % 10; {
+	case r < 2:
+		return tiers.Tier1
+	case r < 5:
+		return tiers.Tier2
+	}
+	return tiers.Tier3
+}
