@@ -152,4 +152,3 @@ func waitHTTP(ctx context.Context, t *testing.T, url string, logs func() string)
 		}
 	}
 }
-
