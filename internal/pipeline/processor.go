@@ -210,6 +210,10 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 		kgo.ConsumeTopics(cfg.Names.Inputs(&cfg.Policy)...),
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(cfg.CommitInterval),
+		// A resumed retry partition is fetched only when the fetch in
+		// progress returns: kgo's 5 s default would make retries that
+		// late. Keep it under Prefetch.
+		kgo.FetchMaxWait(min(200*time.Millisecond, cfg.Prefetch)),
 		kgo.OnPartitionsAssigned(p.onAssigned),
 		kgo.OnPartitionsRevoked(p.onRevoked),
 		kgo.OnPartitionsLost(p.onLost),
