@@ -480,18 +480,27 @@ func (c *cluster) restartProc(i int) *proc {
 	return p
 }
 
-// waitReady waits until every p answers /readyz.
+// waitReady waits until every p answers /readyz, failing the test at
+// once if one exits or ctx ends.
 func (c *cluster) waitReady(ctx context.Context, ps ...*proc) {
 	c.t.Helper()
+	if err := c.ready(ctx, ps...); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// ready waits until every p answers /readyz.
+func (c *cluster) ready(ctx context.Context, ps ...*proc) error {
 	for _, p := range ps {
 		err := waitUntil(ctx, p.name+" ready", func() bool { return p.exited() || p.ready(c.http) })
 		if p.exited() {
-			c.t.Fatalf("%s exited (%v):\n%s", p.name, p.err, p.tail(30))
+			return fmt.Errorf("%s exited (%v):\n%s", p.name, p.err, p.tail(30))
 		}
 		if err != nil {
-			c.t.Fatal(err)
+			return err
 		}
 	}
+	return nil
 }
 
 // checkRunning fails the test for every processor that exited on its own.

@@ -89,12 +89,15 @@ func TestFaults(t *testing.T) {
 				t.Parallel()
 			}
 			began := time.Now()
-			r := s.run(t)
-			r.took = time.Since(began)
-			if t.Failed() {
-				r.notes = strings.TrimSpace(r.notes + " FAILED")
-			}
-			tb.add(r)
+			r := row{scenario: s.name, recover: "—", notes: "stopped early"}
+			defer func() { // also after t.Fatal
+				r.took = time.Since(began)
+				if t.Failed() {
+					r.notes = strings.TrimSpace(r.notes + " FAILED")
+				}
+				tb.add(r)
+			}()
+			r = s.run(t)
 		})
 	}
 	for _, s := range alone {
@@ -179,7 +182,11 @@ func scenarioCrashes(t *testing.T) row {
 	if err := c.ledger.waitAll(ctx, evs); err != nil {
 		t.Errorf("%v (%d missing)", err, c.ledger.missing(evs))
 	}
-	c.waitReady(ctx, c.current()...)
+	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	if err := c.ready(rctx, c.current()...); err != nil {
+		t.Error(err)
+	}
+	rcancel()
 	c.checkRunning()
 
 	var worst time.Duration
@@ -206,9 +213,16 @@ func scenarioCrashes(t *testing.T) row {
 	return row{
 		scenario: "1. processor SIGKILL ×10", events: n, lost: tl.lost, dups: tl.dupSends,
 		recover: secs(worst) + " (slowest kill)",
-		notes: fmt.Sprintf("duplicate deliveries %d ≤ bound %d (%d kills × (max-in-flight %d + %s × %.0f/s)); duplicate ledger records %d",
-			tl.dupSends, bound, kills, maxInFlight, commitInterval, peak, tl.dupOutcomes),
+		notes: fmt.Sprintf("duplicate deliveries %d %s bound %d (%d kills × (max-in-flight %d + %s × %.0f/s)); duplicate ledger records %d",
+			tl.dupSends, cmpSign(tl.dupSends, bound), bound, kills, maxInFlight, commitInterval, peak, tl.dupOutcomes),
 	}
+}
+
+func cmpSign(a, b int) string {
+	if a <= b {
+		return "≤"
+	}
+	return ">"
 }
 
 // peakRate is the most 201 answers the simulator gave in one second.
@@ -272,9 +286,14 @@ func scenarioRollingRestart(t *testing.T) row {
 		t.Errorf("%v (%d missing)", err, c.ledger.missing(all))
 	}
 	var lagging []string
-	err := waitUntil(ctx, "every input partition's lag to reach 0", func() bool {
+	lctx, lcancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer lcancel()
+	err := waitUntil(lctx, "every input partition's lag to reach 0", func() bool {
 		var err error
-		lagging, err = c.lagged(ctx)
+		lagging, err = c.lagged(lctx)
+		if err != nil {
+			lagging = []string{err.Error()}
+		}
 		return err == nil && len(lagging) == 0
 	})
 	if err != nil {
