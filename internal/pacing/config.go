@@ -10,6 +10,7 @@ package pacing
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -34,6 +35,9 @@ type Config struct {
 	Probes        int
 	// MinSamples is how many attempts a share needs before it counts.
 	MinSamples int
+	// Confidence that a share is above a threshold before the pacer acts
+	// on it (one-sided, Wilson score); 0.5 compares the plain share.
+	Confidence float64
 	// CalmRate, CalmFor, RaiseEvery, RaiseFactor: below CalmRate for
 	// CalmFor, the limit grows by RaiseFactor every RaiseEvery.
 	CalmRate    float64
@@ -46,8 +50,12 @@ type Config struct {
 	MinLimit int
 	// SenderWideSubs distinct subscriptions answering 429 within
 	// SenderWideWindow pause the whole origin for the Retry-After.
+	// SenderWideRate is the share of attempts over SenderWideWindow that
+	// must be throttled too: below it 429s are taken as per-device limits
+	// (APNs and FCM throttle each device) and left to the cuts.
 	SenderWideSubs   int
 	SenderWideWindow time.Duration
+	SenderWideRate   float64
 	// DefaultPause is the pause after a 429 without Retry-After.
 	DefaultPause time.Duration
 	// SubPauses bounds the LRU of paused subscriptions.
@@ -64,10 +72,12 @@ type Config struct {
 	ShedAfter  time.Duration
 }
 
-// DefaultConfig: 60 s window; cut by 25% above 5% 429s (at most every 5 s);
+// DefaultConfig: 60 s window; cut by 25% above 5% 429s (at most every 5 s;
+// every share is judged with 95% confidence over at least 30 attempts);
 // halt above 20% 429s or 50% errors for 10 s, then 3 probes; +10% every
 // 30 s after 120 s below 1%; concurrency 1..512 per origin; 5 distinct
-// subscriptions throttled within 10 s pause the origin; weights 6:3:1;
+// subscriptions throttled within 10 s, over 5% of attempts, pause the
+// origin; weights 6:3:1;
 // retries at most 20% of slots while first attempts wait.
 func DefaultConfig() Config {
 	return Config{
@@ -81,6 +91,7 @@ func DefaultConfig() Config {
 		OpenFor:          10 * time.Second,
 		Probes:           3,
 		MinSamples:       30,
+		Confidence:       0.95,
 		CalmRate:         0.01,
 		CalmFor:          120 * time.Second,
 		RaiseEvery:       30 * time.Second,
@@ -89,6 +100,7 @@ func DefaultConfig() Config {
 		MinLimit:         1,
 		SenderWideSubs:   5,
 		SenderWideWindow: 10 * time.Second,
+		SenderWideRate:   0.05,
 		DefaultPause:     time.Second,
 		SubPauses:        100_000,
 		Weights:          [3]int{6, 3, 1},
@@ -97,6 +109,9 @@ func DefaultConfig() Config {
 		ShedAfter:        time.Second,
 	}
 }
+
+// z is the one-sided normal quantile of Confidence.
+func (c Config) z() float64 { return math.Sqrt2 * math.Erfinv(2*c.Confidence-1) }
 
 // Validate names the first setting out of range by its flag.
 func (c Config) Validate() error {
@@ -112,6 +127,7 @@ func (c Config) Validate() error {
 	rate("pacing-cut-factor", c.CutFactor)
 	rate("pacing-calm-rate", c.CalmRate)
 	rate("pacing-retry-share", c.RetryShare)
+	rate("pacing-sender-wide-rate", c.SenderWideRate)
 	if c.CutRate >= c.HaltRate {
 		errs = append(errs, fmt.Errorf("--pacing-cut-rate: %g must be below --pacing-halt-rate %g", c.CutRate, c.HaltRate))
 	}
@@ -137,6 +153,9 @@ func (c Config) Validate() error {
 	}
 	if c.Probes < 1 {
 		errs = append(errs, fmt.Errorf("--pacing-probes: %d, want at least 1", c.Probes))
+	}
+	if c.Confidence < 0.5 || c.Confidence >= 1 {
+		errs = append(errs, fmt.Errorf("--pacing-confidence: %g, want at least 0.5 and below 1", c.Confidence))
 	}
 	if c.MinSamples < 1 {
 		errs = append(errs, fmt.Errorf("--pacing-min-samples: %d, want at least 1", c.MinSamples))

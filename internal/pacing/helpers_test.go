@@ -127,6 +127,7 @@ func specConfig() pacing.Config {
 	c.CutRate, c.CutFactor, c.CutCooldown = 0.05, 0.75, 5*time.Second
 	c.HaltRate, c.ErrorHaltRate, c.OpenFor, c.Probes = 0.20, 0.50, 10*time.Second, 3
 	c.MinSamples = 20
+	c.Confidence = 0.5 // the plain share: these tests work on thresholds
 	c.CalmRate, c.CalmFor, c.RaiseEvery, c.RaiseFactor = 0.01, 120*time.Second, 30*time.Second, 1.10
 	c.MaxLimit, c.MinLimit = 512, 1
 	c.SenderWideSubs, c.SenderWideWindow, c.DefaultPause = 5, 10*time.Second, time.Second

@@ -18,6 +18,12 @@ type Request struct {
 	Sub    string     // subscription key (endpoint hash), never the URL
 	Tier   tiers.Tier // priority
 	Retry  bool       // a send after an earlier attempt
+	// Failing: the notification's last attempt failed with a server or
+	// transport error. Its failures say more about it than about the
+	// origin, so they neither open the breaker nor keep it open: a few
+	// notifications that always fail must spend their attempts and reach
+	// the DLQ, not hold the origin halted and themselves on the ladder.
+	Failing bool
 }
 
 // Breaker states.
@@ -42,10 +48,11 @@ type LaneState struct {
 type Event struct {
 	At     time.Time
 	Origin string
-	Kind   string // "cut", "raise", "open", "half-open", "closed", "pause"
-	Limit  int
-	Rate   float64 // the 429 (or error) share that caused it
-	Until  time.Time
+	Kind   string // "cut", "hold", "raise", "open", "half-open", "closed", "pause"
+	// ("hold": a cut or pause that changed nothing is not repeated)
+	Limit int
+	Rate  float64 // the 429 (or error) share that caused it
+	Until time.Time
 }
 
 // Pacer hands out send slots per push service origin.
@@ -215,6 +222,7 @@ type tally struct{ attempts, throttled, failed int }
 type lane struct {
 	origin string
 	cfg    *Config
+	z      float64 // of cfg.Confidence
 
 	mu        sync.Mutex
 	limit     float64
@@ -228,7 +236,8 @@ type lane struct {
 	buckets   []bucket
 	breaker   string
 	openUntil time.Time
-	paused    time.Time
+	paused    time.Time // until
+	pausedAt  time.Time // when the last pause began
 	recent    []throttle
 	// rate caps the sends of tiers below tier 1 once the origin has
 	// throttled the sender: what it was seen to sustain, less 5%, so tier 1
@@ -240,13 +249,16 @@ type lane struct {
 	armed   time.Time   // when timer fires; zero when not armed
 	pacer   *Pacer
 	lastCut time.Time
+	// cutShare is the 429 share that caused the last cut; a share that
+	// stays within insensitive of it afterwards holds the limit.
+	cutShare float64
 	// Decisions count only fresh results, of sends granted since the last
 	// cut, open or close, and after judgeFrom (also moved by a pause):
 	// what was already in flight when the pacer reacted is no evidence
 	// that the reaction was not enough. They are kept per second, so that
 	// they too leave the window.
 	judgeFrom time.Time
-	okSince   int           // deliveries since lastCut
+	okSince   int           // answers other than 429 since lastCut
 	latSince  time.Duration // their summed latency
 	busy      time.Duration // time with sends in flight since lastCut
 	busyFrom  time.Time     // when inFlight last rose from 0
@@ -263,7 +275,7 @@ func newLane(origin string, cfg *Config, now time.Time) *lane {
 	n := max(int(cfg.Window/time.Second), 1)
 	// No cut yet: the first may come at once, not CutCooldown after the
 	// lane's first request.
-	return &lane{origin: origin, cfg: cfg, limit: float64(cfg.MaxLimit), buckets: make([]bucket, n), breaker: Closed, lastCut: now.Add(-cfg.CutCooldown), lastRaise: now}
+	return &lane{origin: origin, cfg: cfg, z: cfg.z(), limit: float64(cfg.MaxLimit), buckets: make([]bucket, n), breaker: Closed, lastCut: now.Add(-cfg.CutCooldown), lastRaise: now}
 }
 
 func tierIndex(t tiers.Tier) int {
@@ -343,6 +355,10 @@ func (l *lane) oldestLocked() time.Time {
 	}
 	return oldest.enq
 }
+
+// insensitive bounds the change of the 429 share, either way, that counts
+// as none: after a cut the share stayed between 0.8× and 1.25× of itself.
+const insensitive = 0.8
 
 // maxHold is the longest pause tier-1 requests wait out in memory rather
 // than going back to the ladder.
@@ -513,7 +529,8 @@ func (l *lane) pickLocked() *waiter {
 // slots to waiters.
 func (l *lane) done(s *Slot, r topology.Result, throttled bool, now time.Time) {
 	p := s.p
-	failed := !throttled && r.Class == topology.ClassRetryable
+	failed := !throttled && r.Class == topology.ClassRetryable && !s.req.Failing
+	repeat := !throttled && r.Class == topology.ClassRetryable && s.req.Failing
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inFlight--
@@ -525,9 +542,11 @@ func (l *lane) done(s *Slot, r topology.Result, throttled bool, now time.Time) {
 	} else if s.req.Retry {
 		l.retries--
 	}
-	if r.Class == topology.ClassDeferred {
+	if r.Class == topology.ClassDeferred || repeat {
+		// No send was made, or one that says nothing of the origin (a
+		// probe that fails again this way leaves the next probe to decide).
 		l.wakeLocked(p, now)
-		return // no send was made
+		return
 	}
 	b := l.bucketLocked(now)
 	b.attempts++
@@ -551,13 +570,18 @@ func (l *lane) done(s *Slot, r topology.Result, throttled bool, now time.Time) {
 	}
 	if r.Class == topology.ClassDelivered {
 		b.ok++
+	}
+	if !throttled {
+		// Every answer but a 429 is work the origin took on: a 503 or a
+		// 410 held a slot as long as a delivery did.
 		l.okSince++
 		l.latSince += now.Sub(s.granted)
 	}
 	if s.probe {
-		if throttled || failed {
+		switch {
+		case throttled || failed:
 			l.openLocked(p, now, 1)
-		} else if l.breaker == HalfOpen {
+		case l.breaker == HalfOpen:
 			l.breaker = Closed
 			l.restartLocked(now)
 			p.observe(Event{At: now, Origin: l.origin, Kind: Closed, Limit: l.limitInt()})
@@ -637,6 +661,24 @@ func (l *lane) sumLocked(now time.Time, fresh bool) (attempts, throttled, failed
 	return
 }
 
+// above reports whether k of n attempts is a share above p with the
+// configured confidence: the lower bound of the Wilson score interval must
+// be above p. At 30 attempts one 429 more or less moves the share by 3.3
+// points, so a plain comparison would cut a healthy origin whose devices
+// are throttled one by one at about p, again and again, on noise alone.
+func (l *lane) above(k, n int, p float64) bool {
+	if n == 0 {
+		return false
+	}
+	ph, z := float64(k)/float64(n), l.z
+	if z == 0 {
+		return ph > p
+	}
+	nf := float64(n)
+	lower := (ph + z*z/(2*nf) - z*math.Sqrt(ph*(1-ph)/nf+z*z/(4*nf*nf))) / (1 + z*z/nf)
+	return lower > p
+}
+
 // adaptLocked applies the pacing rules after a send.
 func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 	// Decisions to cut or halt look only at attempts since the last one,
@@ -646,11 +688,21 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 	if n >= l.cfg.MinSamples {
 		r429, rErr := float64(t)/float64(n), float64(f)/float64(n)
 		switch {
-		case r429 > l.cfg.HaltRate || rErr > l.cfg.ErrorHaltRate:
+		case l.above(t, n, l.cfg.HaltRate) || l.above(f, n, l.cfg.ErrorHaltRate):
 			l.openLocked(p, now, max(r429, rErr))
 			return
-		case r429 > l.cfg.CutRate && now.Sub(l.lastCut) >= l.cfg.CutCooldown:
+		case l.above(t, n, l.cfg.CutRate) && now.Sub(l.lastCut) >= l.cfg.CutCooldown:
+			if l.cutShare > 0 && r429 >= l.cutShare*insensitive && r429 <= l.cutShare/insensitive {
+				// The last cut changed nothing: these 429s do not follow
+				// our concurrency (devices throttled one by one), and
+				// cutting again would only starve the origin. Hold, and
+				// judge afresh; a share that moves decides again.
+				l.restartLocked(now)
+				p.observe(Event{At: now, Origin: l.origin, Kind: "hold", Limit: l.limitInt(), Rate: r429})
+				return
+			}
 			l.cutLocked(now)
+			l.cutShare = r429
 			p.observe(Event{At: now, Origin: l.origin, Kind: "cut", Limit: l.limitInt(), Rate: r429})
 			return
 		}
@@ -668,14 +720,14 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 		if l.rate > 0 {
 			l.rate *= l.cfg.RaiseFactor
 		}
-		l.lastRaise = now
+		l.lastRaise, l.cutShare = now, 0
 		p.observe(Event{At: now, Origin: l.origin, Kind: "raise", Limit: l.limitInt()})
 	}
 }
 
 // cutLocked cuts the limit by CutFactor — further, to what the origin
-// sustained (Little's law: deliveries per second × their mean latency,
-// with 50% headroom), when that is lower: a limit far above what the
+// sustained (Little's law: answers other than 429 per second × their mean
+// latency, with 50% headroom), when that is lower: a limit far above what the
 // service takes would otherwise need many cuts, each a burst of 429s.
 func (l *lane) cutLocked(now time.Time) {
 	next := l.limit * l.cfg.CutFactor
@@ -685,9 +737,15 @@ func (l *lane) cutLocked(now time.Time) {
 	if l.inFlight > 0 {
 		el += now.Sub(l.busyFrom)
 	}
-	if el := el.Seconds(); l.okSince >= 10 && el > 0 {
-		sustained := float64(l.okSince) / el * (l.latSince / time.Duration(l.okSince)).Seconds() * 1.5
-		next = min(next, math.Ceil(sustained))
+	// Three mean latencies of it at least: the first sends of a lane wait
+	// for connections and have no completions yet, which would make the
+	// origin look far slower than it is.
+	if l.okSince >= 10 {
+		mean := l.latSince / time.Duration(l.okSince)
+		if el >= 3*mean && el > 0 {
+			sustained := float64(l.okSince) / el.Seconds() * mean.Seconds() * 1.5
+			next = min(next, math.Ceil(sustained))
+		}
 	}
 	l.limit = max(next, float64(l.cfg.MinLimit))
 	l.restartLocked(now)
@@ -709,6 +767,7 @@ func (l *lane) openLocked(p *Pacer, now time.Time, rate float64) {
 	l.breaker = Open
 	l.openUntil = now.Add(l.cfg.OpenFor)
 	l.cutLocked(now)
+	l.cutShare = 0
 	p.observe(Event{At: now, Origin: l.origin, Kind: Open, Limit: l.limitInt(), Rate: rate, Until: l.openUntil})
 }
 
@@ -732,19 +791,26 @@ func (l *lane) senderWideLocked(p *Pacer, sub string, retryAfter time.Duration, 
 	if len(distinct) < l.cfg.SenderWideSubs {
 		return
 	}
-	// And they must be more than a stray share of what was sent: at high
-	// volume a few subscriptions are always throttled on their own.
+	// And they must be more than SenderWideRate of what was sent: at
+	// volume many subscriptions are throttled on their own (APNs and FCM
+	// limit each device), which the cuts answer; a pause stops every tier.
+	// Only seconds after the last pause count: the 429s that caused it
+	// were answered by it.
+	from := max(cut.Unix(), l.pausedAt.Unix())
 	var attempts, throttled int
 	for _, b := range l.buckets {
-		if b.sec > cut.Unix() && b.sec <= now.Unix() {
+		if b.sec > from && b.sec <= now.Unix() {
 			attempts, throttled = attempts+b.attempts, throttled+b.throttled
 		}
 	}
-	if attempts > 0 && float64(throttled)/float64(attempts) <= l.cfg.CutRate {
+	if !l.above(throttled, attempts, l.cfg.SenderWideRate) {
 		return
 	}
 	until := now.Add(max(retryAfter, l.cfg.DefaultPause))
 	if until.After(l.paused) {
+		if !now.Before(l.paused) {
+			l.pausedAt = now // a new pause, not one made longer
+		}
 		l.paused = until
 		// What is in flight now will be throttled too; it is not new
 		// evidence. What was judged so far stays.

@@ -57,12 +57,12 @@ func TestSenderWidePause(t *testing.T) {
 			wantUntil: 12 * s,
 		},
 		{
-			name:      "five among 95 deliveries: a stray 5%, no pause",
+			name:      "five among 95 deliveries: 5%, left to the cuts, no pause",
 			okBefore:  95,
 			throttles: five(3 * s),
 		},
 		{
-			name:      "five among 94 deliveries: above CutRate, pause",
+			name:      "five among 94 deliveries: above SenderWideRate, pause",
 			okBefore:  94,
 			throttles: five(3 * s),
 			wantUntil: 3 * s,
@@ -267,7 +267,8 @@ func TestRateAfterPause(t *testing.T) {
 			h.send(rep(10, ok)...)
 		}
 		h.clk.Advance(500 * time.Millisecond)
-		// Six, so that the throttled share (6 of 106) is above CutRate.
+		// Six, so that the throttled share (6 of 106) is above
+		// SenderWideRate.
 		for _, sub := range []string{"a", "b", "c", "d", "e", "f"} {
 			h.acquire(pacing.Request{Origin: origin, Sub: sub, Tier: tiers.Tier1}).Done(throttled)
 		} // paused 9.5 s to 10.5 s; learnt: 95% of 100 in 10 s

@@ -56,7 +56,7 @@ func TestCutAndHalt(t *testing.T) {
 			name: "no second cut before the cooldown, one after it",
 			steps: []step{
 				{send: storm(2, 18)},
-				{after: 4 * s, send: storm(2, 18)}, // 10% again, 4 s after the cut
+				{after: 4 * s, send: storm(4, 16)}, // 20%, 4 s after the cut
 				{after: 1 * s, send: rep(1, ok)},   // 5 s after: cut
 			},
 			want:      []ev{{0, "cut", 384}, {5 * s, "cut", 288}},
@@ -86,13 +86,32 @@ func TestCutAndHalt(t *testing.T) {
 			name: "never below MinLimit",
 			edit: func(c *pacing.Config) { c.MaxLimit, c.MinLimit = 4, 2 },
 			steps: []step{
-				{send: storm(2, 18)},
-				{after: 5 * s, send: storm(2, 18)},
-				{after: 5 * s, send: storm(2, 18)},
-				{after: 5 * s, send: storm(2, 18)},
+				{send: storm(2, 18)},               // 10%
+				{after: 5 * s, send: storm(3, 17)}, // 15%
+				{after: 5 * s, send: storm(4, 16)}, // 20%
 			},
-			want:      []ev{{0, "cut", 3}, {5 * s, "cut", 2}, {10 * s, "cut", 2}, {15 * s, "cut", 2}},
+			want:      []ev{{0, "cut", 3}, {5 * s, "cut", 2}, {10 * s, "cut", 2}},
 			wantLimit: 2,
+		},
+		{
+			name: "a cut that changed nothing is not repeated: 429s that do not follow concurrency",
+			steps: []step{
+				{send: storm(2, 18)},               // 10%: cut
+				{after: 5 * s, send: storm(2, 18)}, // 10% again: hold
+				{after: 5 * s, send: storm(2, 20)}, // 9.1%: hold
+			},
+			want:      []ev{{0, "cut", 384}, {5 * s, "hold", 384}, {10 * s, "hold", 384}},
+			wantLimit: 384,
+		},
+		{
+			name: "a share that fell after a cut, or rose, cuts again",
+			steps: []step{
+				{send: storm(3, 17)},               // 15%: cut
+				{after: 5 * s, send: storm(2, 18)}, // 10%: the cut helped, cut again
+				{after: 5 * s, send: storm(3, 17)}, // 15%: rose, cut again
+			},
+			want:      []ev{{0, "cut", 384}, {5 * s, "cut", 288}, {10 * s, "cut", 216}},
+			wantLimit: 216,
 		},
 		{
 			name:      "above 20% 429s opens the breaker and cuts",
@@ -562,8 +581,9 @@ func TestFreshEvidence(t *testing.T) {
 				// All granted at 0 s; the cut comes at the 20th answer.
 				h.wave(100*time.Millisecond, cat(storm(2, 18), rep(40, throttled)))
 			},
-			// 18 deliveries over 0.1 s, 0.1 s each: 18 in flight, × 1.5.
-			want: []ev{{100 * time.Millisecond, "cut", 27}},
+			// One latency of evidence is too little for Little's law: by
+			// a quarter.
+			want: []ev{{100 * time.Millisecond, "cut", 384}},
 		},
 		{
 			name: "429s of sends granted after the cut do",
@@ -572,13 +592,120 @@ func TestFreshEvidence(t *testing.T) {
 				h.clk.Advance(1 * s)
 				h.send(storm(5, 15)...)
 			},
-			want: []ev{{100 * time.Millisecond, "cut", 27}, {1100 * time.Millisecond, "open", 20}},
+			want: []ev{{100 * time.Millisecond, "cut", 384}, {1100 * time.Millisecond, "open", 288}},
 		},
 	}
 	for _, tt := range tests {
 		inBubble(t, tt.name, func(t *testing.T) {
 			h := newHarness(t, quiet)
 			tt.run(h)
+			if got := h.rec.brief(); !slices.Equal(got, tt.want) {
+				t.Errorf("events = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestFailingNotifications: a notification whose last attempt failed with
+// a server or transport error says nothing more about the origin by
+// failing again. Only failures of the rest open the breaker, and a failing
+// probe of that kind neither reopens nor closes it, so notifications that
+// always fail reach their last attempt instead of holding the origin
+// halted for ever.
+func TestFailingNotifications(t *testing.T) {
+	failing := func(h *harness) pacing.Request {
+		r := h.req(tiers.Tier1, true)
+		r.Failing = true
+		return r
+	}
+	inBubble(t, "their failures do not open the breaker", func(t *testing.T) {
+		h := newHarness(t, quiet)
+		for range 100 {
+			h.acquire(failing(h)).Done(unavailable)
+		}
+		for range 100 {
+			h.acquire(failing(h)).Done(transport)
+		}
+		if got := h.lane(); got.Breaker != pacing.Closed || got.Limit != 512 {
+			t.Errorf("breaker, limit = %q, %d; want closed, 512", got.Breaker, got.Limit)
+		}
+		if got := h.rec.brief(); len(got) != 0 {
+			t.Errorf("events = %v, want none", got)
+		}
+	})
+	inBubble(t, "nor do they dilute the error share of the others", func(t *testing.T) {
+		h := newHarness(t, quiet)
+		for range 40 {
+			h.acquire(failing(h)).Done(unavailable)
+		}
+		h.send(cat(rep(11, unavailable), rep(9, ok))...) // 55% of the others
+		if got := h.lane().Breaker; got != pacing.Open {
+			t.Errorf("breaker = %q, want open", got)
+		}
+	})
+	inBubble(t, "their 429s count", func(t *testing.T) {
+		h := newHarness(t, quiet)
+		for range 5 {
+			h.acquire(failing(h)).Done(throttled)
+		}
+		h.send(rep(15, ok)...)
+		if got := h.lane().Breaker; got != pacing.Open {
+			t.Errorf("breaker = %q, want open", got)
+		}
+	})
+	inBubble(t, "a failing probe leaves the next probe to decide", func(t *testing.T) {
+		h := newHarness(t, quiet)
+		h.send(storm(5, 15)...) // open until 10 s
+		h.clk.Advance(10 * s)
+		for i := range 10 { // each failing probe frees its place for the next
+			h.acquire(failing(h)).Done(unavailable)
+			if got := h.lane().Breaker; got != pacing.HalfOpen {
+				t.Fatalf("after failing probe %d breaker = %q, want half-open", i, got)
+			}
+		}
+		h.acquire(h.req(tiers.Tier1, false)).Done(unavailable)
+		if got := h.lane().Breaker; got != pacing.Open {
+			t.Errorf("after a failed first attempt breaker = %q, want open", got)
+		}
+		h.clk.Advance(10 * s)
+		h.acquire(failing(h)).Done(ok)
+		if got := h.lane().Breaker; got != pacing.Closed {
+			t.Errorf("after a failing notification got through breaker = %q, want closed", got)
+		}
+	})
+}
+
+// spread is k 429s spread evenly over n answers, the last one a 429.
+func spread(k, n int) []topology.Result {
+	out := rep(n, ok)
+	for i := range k {
+		out[n-1-i*n/k] = throttled
+	}
+	return out
+}
+
+// TestConfidence: with Confidence set, a share must be above its
+// threshold beyond chance before the pacer acts. Devices throttled one by
+// one at about 5% move a share of 30 attempts by 3.3 points a 429: judged
+// plainly, they cut a healthy origin again and again.
+func TestConfidence(t *testing.T) {
+	conf := func(c *pacing.Config) { c.Confidence, c.MinSamples = 0.95, 30 }
+	tests := []struct {
+		name  string
+		steps []step
+		want  []ev
+	}{
+		{"3 of 30 (10%) is noise at 5%", []step{{send: spread(3, 30)}}, nil},
+		{"6 of 30 (20%) is not", []step{{send: spread(6, 30)}}, []ev{{0, "cut", 384}}},
+		{"60 of 1000 (6%) is noise", []step{{send: spread(60, 1000)}}, nil},
+		{"90 of 1000 (9%) is not", []step{{send: spread(90, 1000)}}, []ev{{0, "cut", 384}}},
+		{"12 of 30 (40%) halts", []step{{send: spread(12, 30)}}, []ev{{0, "open", 384}}},
+		{"9 of 30 (30%) only cuts", []step{{send: spread(9, 30)}}, []ev{{0, "cut", 384}}},
+	}
+	for _, tt := range tests {
+		inBubble(t, tt.name, func(t *testing.T) {
+			h := newHarness(t, func(c *pacing.Config) { conf(c); quiet(c) })
+			h.run(tt.steps)
 			if got := h.rec.brief(); !slices.Equal(got, tt.want) {
 				t.Errorf("events = %v, want %v", got, tt.want)
 			}

@@ -220,3 +220,59 @@ func TestTier1DuringTier3Flood(t *testing.T) {
 		}
 	})
 }
+
+// TestAlwaysFailing: notifications that fail every attempt open the
+// breaker with their first attempts, but their later failures are no
+// evidence about the push service: they must spend their attempts and end
+// in the DLQ as max_attempts, not be deferred by the breaker they keep
+// open until their TTL runs out.
+func TestAlwaysFailing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log := &pacingLog{}
+		env := testenv.Start(t, testenv.Options{Virtual: true,
+			ProcessorOptions: []pipeline.Option{pipeline.WithPacingObserver(log.add)}})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+		defer cancel()
+		const failing, fine = 60, 40
+		start := time.Now()
+		var rs []*kgo.Record
+		for i := range failing + fine {
+			var sub pushsim.Subscription
+			if i%5 < 3 {
+				sub = env.Sim.Subscribe(pushsim.Response{Status: 500, Repeat: true})
+			} else {
+				sub = env.Sim.Subscribe()
+			}
+			rs = append(rs, &kgo.Record{Topic: env.Names.Tier(tiers.Tier1), Key: []byte(sub.ID),
+				Value: testenv.Event(fmt.Sprintf("af-%03d", i), sub, "x", nil)})
+		}
+		env.Produce(ctx, rs...)
+		got, err := env.ReadOutcomes(ctx, failing+fine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opened := slices.ContainsFunc(log.of("http://"+env.SimAddr), func(e pacing.Event) bool { return e.Kind == pacing.Open })
+		if !opened {
+			t.Errorf("the breaker never opened on %d%% failing first attempts", 100*failing/(failing+fine))
+		}
+		for i := range failing + fine {
+			id := fmt.Sprintf("af-%03d", i)
+			o := got[id][0]
+			want, reason, attempts := "delivered", "delivered", 1
+			if i%5 < 3 {
+				want, reason, attempts = "dead", "max_attempts", 5
+			}
+			if o.Outcome != want || o.Reason != reason || o.Attempts != attempts {
+				t.Errorf("%s: %s/%s after %d attempts, want %s/%s after %d", id, o.Outcome, o.Reason, o.Attempts, want, reason, attempts)
+			}
+		}
+		// The ladder's waits add up to 130 s; deferrals add minutes: the
+		// breaker stays half-open (nothing succeeds any more) and takes
+		// Probes at a time. Held on the ladder by it, they took 50 minutes.
+		took := time.Since(start)
+		if took > 10*time.Minute {
+			t.Errorf("the last outcome came %s after production, want within 10m", took.Round(time.Second))
+		}
+		t.Logf("all ended %s after production", took.Round(time.Second))
+	})
+}

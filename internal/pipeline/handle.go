@@ -135,6 +135,7 @@ func (p *Processor) route(ctx context.Context, ps *partition, t *tracked) []*kgo
 		}
 		slot, until := p.pacer.Acquire(ctx, pacing.Request{
 			Origin: ev.Origin(), Sub: ev.EndpointHash(), Tier: src.Tier, Retry: meta.Attempt > 0,
+			Failing: meta.Attempt > 0 && meta.Status != 429 && meta.Status != 406,
 		})
 		if slot == nil {
 			// Halted, paused or over the origin's queue: back to the
@@ -182,10 +183,9 @@ func (p *Processor) route(ctx context.Context, ps *partition, t *tracked) []*kgo
 	in.Result = res
 	d := topology.Decide(&p.cfg.Policy, in)
 	endSend(span, d)
-	meta.Attempt = in.Attempt
-	if res.Status != 0 {
-		meta.Status = res.Status
-	}
+	// The last attempt's status; 0 after a transport error. A deferral
+	// carries the previous one.
+	meta.Attempt, meta.Status = in.Attempt, res.Status
 	if d.Action == topology.ActionRetry {
 		p.hooks.Retried(RetryInfo{Tier: src.Tier, Step: tiers.StepName(d.Delay), Deferred: res.Class == topology.ClassDeferred, RetryAfter: res.RetryAfter > 0})
 		return []*kgo.Record{p.retry(r, src, meta, d, in.Now)}
@@ -267,7 +267,10 @@ func (p *Processor) retry(r *kgo.Record, src topology.Source, meta topology.Meta
 	hs = append(hs, kgo.RecordHeader{Key: topology.HeaderSig, Value: []byte(sig)})
 	hs = appendTrace(hs, r)
 	p.stats.retried(topic)
-	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: hs}
+	// The timestamp of the event's first record travels with it: it is
+	// created_at when the event has none, so the TTL and latency_ms count
+	// from production, not from the last hop.
+	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp}
 }
 
 // terminal builds the records of an event's end: DLQ and outcome, or the

@@ -26,9 +26,11 @@ type mixCase struct {
 }
 
 // ledgerMix returns the failure mix of event i: 10% 503 once, 5% 429 with
-// Retry-After, 3% 410, 2% always 500, 1% malformed, the rest delivered.
+// Retry-After, 3% 410, 2% always 500, 1% malformed, the rest delivered —
+// in every hundred events, spread over them (37 is prime to 100): failures
+// of one kind in a row would look like an outage or a sender-wide limit.
 func ledgerMix(i int) mixCase {
-	switch r := i % 100; {
+	switch r := i * 37 % 100; {
 	case r < 10:
 		return mixCase{name: "503-once", script: []pushsim.Response{{Status: 503}}, outcome: topology.OutcomeDelivered, reason: topology.ReasonDelivered}
 	case r < 15:

@@ -17,12 +17,21 @@ import (
 // sendTimes returns when the simulator received each request of sub.
 func sendTimes(sim *pushsim.Server, subID string) []time.Time {
 	var ts []time.Time
-	for _, d := range sim.Deliveries() {
-		if d.SubID == subID {
-			ts = append(ts, d.At)
-		}
+	for _, d := range deliveries(sim, subID) {
+		ts = append(ts, d.At)
 	}
 	return ts
+}
+
+// deliveries returns every request of sub the simulator received.
+func deliveries(sim *pushsim.Server, subID string) []pushsim.Delivery {
+	var ds []pushsim.Delivery
+	for _, d := range sim.Deliveries() {
+		if d.SubID == subID {
+			ds = append(ds, d)
+		}
+	}
+	return ds
 }
 
 // TestRetryTiming checks every wait of the ladder on a fake clock: never
@@ -66,6 +75,14 @@ func TestRetryTiming(t *testing.T) {
 			attempts: 2,
 			gaps:     []time.Duration{150 * time.Second},
 			maxGaps:  []time.Duration{3*time.Minute + 3*jitterOf(time.Minute) + slack},
+		},
+		{
+			name:     "four failures: the TTL keeps counting from production over every hop",
+			script:   []pushsim.Response{{Status: 503}, {Status: 500}, {Status: 502}, {Status: 504}},
+			ttl:      3600,
+			outcome:  topology.OutcomeDelivered,
+			attempts: 5,
+			gaps:     []time.Duration{2 * time.Second, 8 * time.Second, time.Minute, time.Minute},
 		},
 		{
 			name:     "TTL runs out on the ladder",
@@ -112,6 +129,17 @@ func TestRetryTiming(t *testing.T) {
 					if at.After(deadline) {
 						t.Errorf("send %d at %s, after the TTL ran out at %s", i+1, at.Sub(created), deadline.Sub(created))
 					}
+				}
+				// The TTL sent is what remains of the event's, counted from
+				// when it was produced (it has no created_at), at every hop.
+				for i, d := range deliveries(env.Sim, sub.ID) {
+					left := tt.ttl - int(d.At.Sub(created)/time.Second)
+					if d.TTL > left || d.TTL < left-1 {
+						t.Errorf("send %d at %s had TTL %d, want %d (what remains)", i+1, d.At.Sub(created), d.TTL, left)
+					}
+				}
+				if took := ts[len(ts)-1].Sub(created); time.Duration(o.LatencyMS)*time.Millisecond < took {
+					t.Errorf("latency_ms = %d, want at least the %s from production to the last send", o.LatencyMS, took)
 				}
 			})
 		})
