@@ -15,11 +15,14 @@ type tracked struct {
 	rec      *kgo.Record
 	received time.Time // when the poll returned it
 	due      time.Time // retry records: when it may be sent
-	done     bool
+	started  bool      // handed to handle: in flight, finished or failed
+	done     bool      // every output acknowledged
 }
 
 // partition is the state of one assigned partition: the checkpoint of
-// consumed records and, for retry topics, the records held until due.
+// consumed records, the records waiting for a window slot and, for retry
+// topics, the records held until due. Its dispatcher goroutine
+// (Processor.dispatch) is the only one to start its records.
 //
 // The checkpoint commits only up to the last record with no unfinished
 // record before it, so a crash never skips an event whose outputs were not
@@ -29,20 +32,31 @@ type partition struct {
 	part  int32
 	src   topology.Source
 
+	wake chan struct{} // capacity 1: the dispatcher has something to look at
+	stop chan struct{} // closed when the partition is handed back
+
 	mu       sync.Mutex
 	queue    []*tracked // consumed, not yet committed, in offset order
 	held     dueHeap    // retry records waiting for their due time
 	maxDue   time.Time  // latest due time in held
+	ready    []*tracked // due, waiting for a window slot, in the order to start them
 	paused   bool
 	revoked  bool // dispatch nothing more
 	lost     bool // and mark nothing more
 	inFlight int
 	idleCh   chan struct{} // closed when inFlight drops to zero after a revoke
-	timer    *time.Timer
 }
 
 func newPartition(topic string, part int32, src topology.Source) *partition {
-	return &partition{topic: topic, part: part, src: src}
+	return &partition{topic: topic, part: part, src: src, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+}
+
+// notify wakes the dispatcher, or leaves it a wake-up if it is busy.
+func (p *partition) notify() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
 }
 
 // track appends a consumed record to the checkpoint queue.
@@ -68,6 +82,33 @@ func (p *partition) finish(t *tracked) *kgo.Record {
 		p.queue = p.queue[:n]
 	}
 	return last
+}
+
+// stranded returns the records never started that the checkpoint cannot
+// pass although a later record is finished: those between the head of the
+// queue and its last finished record that comes before any record started
+// but unfinished (in flight, or failed: nothing past it can be committed
+// anyway). Records never started after that point need nothing: they are
+// not committed, so the next owner consumes them. For a tier partition,
+// started in offset order, there are none. p.mu must be held.
+func (p *partition) stranded() []*tracked {
+	last := -1
+	for i, t := range p.queue {
+		if t.done {
+			last = i
+			continue
+		}
+		if t.started {
+			break
+		}
+	}
+	var out []*tracked
+	for _, t := range p.queue[:last+1] {
+		if !t.started && !t.done {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // dueHeap orders held records by due time.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,8 +125,10 @@ type Processor struct {
 	kt     *kotel.Tracer // nil: no tracing
 	tracer trace.Tracer
 
-	window chan struct{} // one token per record in flight
-	wg     sync.WaitGroup
+	window chan struct{}  // one token per record in flight
+	queued atomic.Int64   // tier records consumed, waiting for a slot
+	room   chan struct{}  // capacity 1: queued went below MaxInFlight
+	wg     sync.WaitGroup // partition dispatchers and record handlers
 
 	mu    sync.Mutex
 	parts map[topicPart]*partition
@@ -189,6 +192,7 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 		sender:     sender,
 		signer:     signer,
 		window:     make(chan struct{}, cfg.MaxInFlight),
+		room:       make(chan struct{}, 1),
 		parts:      make(map[topicPart]*partition),
 		tombstones: tomb,
 		hooks:      NopHooks{},
@@ -217,6 +221,9 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 		kgo.OnPartitionsAssigned(p.onAssigned),
 		kgo.OnPartitionsRevoked(p.onRevoked),
 		kgo.OnPartitionsLost(p.onLost),
+		// Revokes run between polls only, never while a poll's records
+		// are being tracked (see Run).
+		kgo.BlockRebalanceOnPoll(),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	)
 	cl, err := kgo.NewClient(kopts...)
@@ -240,9 +247,19 @@ func (p *Processor) Ready() bool { return p.joined.Load() && !p.draining.Load() 
 // Run consumes until ctx is done, then stops fetching, finishes or hands
 // back the records in flight within DrainTimeout, commits and closes the
 // client. It returns nil on a clean shutdown.
+//
+// Rebalances happen only between polls (kgo.BlockRebalanceOnPoll): the
+// records of a poll are tracked by their partitions before AllowRebalance,
+// so a revoke always finds them, and no poll can hand over records of a
+// partition already given up. Tracking never waits: each partition's
+// dispatcher starts its records as window slots free, and Run waits for
+// room before polling instead.
 func (p *Processor) Run(ctx context.Context) error {
 	defer p.cl.Close()
 	for {
+		p.waitRoom(ctx)
+		// With ctx done this returns at once, still blocking rebalances:
+		// drain then runs with no revoke beside it.
 		fs := p.cl.PollRecords(ctx, 4096)
 		if fs.IsClientClosed() || ctx.Err() != nil {
 			break
@@ -252,46 +269,78 @@ func (p *Processor) Run(ctx context.Context) error {
 				p.log.Warn("fetch error", "topic", topic, "partition", part, "err", err)
 			}
 		})
-		fs.EachPartition(func(ftp kgo.FetchTopicPartition) {
-			p.accept(ctx, ftp)
-		})
+		fs.EachPartition(p.accept)
+		p.cl.AllowRebalance()
 	}
-	return p.drain()
+	err := p.drain()
+	p.cl.AllowRebalance() // Close leaves the group, which waits for it
+	return err
 }
 
-// drain waits for the records in flight, commits, and leaves the group.
+// waitRoom returns once fewer than MaxInFlight tier records wait for a
+// window slot, or ctx is done: the records consumed but not started stay
+// bounded, as when Run itself waited for each slot. Retry records do not
+// count: their partitions pause instead while they hold records due later
+// or MaxInFlight records due (scheduleLocked), so that a ladder holding a
+// minute's worth, or a burst of retries coming due, holds back neither the
+// tier topics nor another ladder.
+func (p *Processor) waitRoom(ctx context.Context) {
+	for p.queued.Load() >= int64(p.cfg.MaxInFlight) {
+		select {
+		case <-p.room:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// unqueue counts n tier records that no longer wait for a slot.
+func (p *Processor) unqueue(n int) {
+	if n > 0 && p.queued.Add(-int64(n)) < int64(p.cfg.MaxInFlight) {
+		select {
+		case p.room <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// drain hands every partition back as a revoke does (records in flight
+// finished, held records re-produced), waits for every goroutine and
+// commits; the client leaves the group when Run closes it.
 func (p *Processor) drain() error {
 	p.draining.Store(true)
 	p.pacer.Close() // requests waiting for a slot go back to the ladder
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DrainTimeout)
+	defer cancel()
+	all := make(map[string][]int32)
 	p.mu.Lock()
-	for _, ps := range p.parts {
-		ps.mu.Lock()
-		ps.revoked = true // dispatch nothing more; held records stay uncommitted
-		ps.held = nil
-		if ps.timer != nil {
-			ps.timer.Stop()
-		}
-		ps.mu.Unlock()
+	for k := range p.parts {
+		all[k.topic] = append(all[k.topic], k.part)
 	}
 	p.mu.Unlock()
+	p.handBack(ctx, p.cl, all, false)
 	done := make(chan struct{})
 	go func() { p.wg.Wait(); close(done) }()
-	t := time.NewTimer(p.cfg.DrainTimeout)
-	defer t.Stop()
 	var err error
 	select {
 	case <-done:
-	case <-t.C:
-		err = fmt.Errorf("drain: records still in flight after %s; they will be sent again by the next owner", p.cfg.DrainTimeout)
+	case <-ctx.Done():
+		select {
+		case <-done:
+		default:
+			err = fmt.Errorf("drain: records still in flight after %s; they will be sent again by the next owner", p.cfg.DrainTimeout)
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DrainTimeout)
-	defer cancel()
-	if cerr := p.cl.CommitMarkedOffsets(ctx); cerr != nil && !errors.Is(cerr, kgo.ErrClientClosed) {
+	cctx, ccancel := context.WithTimeout(context.Background(), p.cfg.DrainTimeout)
+	defer ccancel()
+	if cerr := p.cl.CommitMarkedOffsets(cctx); cerr != nil && !errors.Is(cerr, kgo.ErrClientClosed) {
 		err = errors.Join(err, fmt.Errorf("commit on shutdown: %w", cerr))
 	}
 	return err
 }
 
+// partition returns the state of an assigned partition, starting its
+// dispatcher on first use.
 func (p *Processor) partition(topic string, part int32) *partition {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -306,53 +355,43 @@ func (p *Processor) partition(topic string, part int32) *partition {
 	}
 	ps := newPartition(topic, part, src)
 	p.parts[k] = ps
+	p.wg.Add(1)
+	go p.dispatch(ps)
 	return ps
 }
 
-// accept takes the records one poll returned for a partition.
-func (p *Processor) accept(ctx context.Context, ftp kgo.FetchTopicPartition) {
+// accept tracks the records one poll returned for a partition and leaves
+// them to its dispatcher. It never waits: it runs while the poll blocks
+// rebalances.
+func (p *Processor) accept(ftp kgo.FetchTopicPartition) {
 	if len(ftp.Records) == 0 {
 		return
 	}
 	ps := p.partition(ftp.Topic, ftp.Partition)
-	if !ps.src.Retry {
-		for _, r := range ftp.Records {
-			ps.mu.Lock()
-			if ps.revoked {
-				ps.mu.Unlock()
-				return
-			}
-			t := ps.track(r, p.cfg.Now())
-			ps.mu.Unlock()
-			if !p.start(ctx, ps, t) {
-				return
-			}
-		}
-		return
-	}
 	now := p.cfg.Now()
-	var ready []*tracked
 	ps.mu.Lock()
 	if ps.revoked {
+		// Cannot happen: a hand-back removes the state first, and none
+		// runs between a poll and AllowRebalance.
 		ps.mu.Unlock()
 		return
 	}
 	for _, r := range ftp.Records {
 		t := ps.track(r, now)
-		t.due = dueOf(r, now)
-		if len(ps.held) == 0 && !t.due.After(now) {
-			ready = append(ready, t)
+		if !ps.src.Retry {
+			ps.ready = append(ps.ready, t)
 			continue
 		}
-		ps.hold(t)
+		t.due = dueOf(r, now)
+		ps.hold(t) // the dispatcher releases what is due already
 	}
-	p.scheduleLocked(ps, now)
+	if ps.src.Retry {
+		p.scheduleLocked(ps, now) // pause now, not when the dispatcher looks
+	} else {
+		p.queued.Add(int64(len(ftp.Records)))
+	}
 	ps.mu.Unlock()
-	for _, t := range ready {
-		if !p.start(ctx, ps, t) {
-			return
-		}
-	}
+	ps.notify()
 }
 
 // dueOf reads push-due; a record without a readable one is due now, and the
@@ -370,80 +409,101 @@ func dueOf(r *kgo.Record, now time.Time) time.Time {
 	return now
 }
 
-// scheduleLocked arms the partition's timer for its next due record and
-// pauses fetching while what it holds reaches further than Prefetch.
+// scheduleLocked pauses fetching the retry partition while what it holds
+// reaches further than Prefetch, or while MaxInFlight of its records are
+// due and wait for a slot, and resumes it otherwise. It returns when the
+// dispatcher must look again: the head is due, or it is time to fetch what
+// follows the last held record; ok is false when nothing is held.
 // ps.mu must be held.
-func (p *Processor) scheduleLocked(ps *partition, now time.Time) {
-	tp := map[string][]int32{ps.topic: {ps.part}}
-	if len(ps.held) == 0 {
-		if ps.paused {
-			ps.paused = false
+func (p *Processor) scheduleLocked(ps *partition, now time.Time) (next time.Time, ok bool) {
+	hold := len(ps.held) > 0 && ps.maxDue.Sub(now) > p.cfg.Prefetch
+	wantPause := hold || len(ps.ready) >= p.cfg.MaxInFlight
+	if wantPause != ps.paused {
+		ps.paused = wantPause
+		tp := map[string][]int32{ps.topic: {ps.part}}
+		if wantPause {
+			p.cl.PauseFetchPartitions(tp)
+		} else {
 			p.cl.ResumeFetchPartitions(tp)
 		}
-		return
 	}
-	wantPause := ps.maxDue.Sub(now) > p.cfg.Prefetch
-	switch {
-	case wantPause && !ps.paused:
-		ps.paused = true
-		p.cl.PauseFetchPartitions(tp)
-	case !wantPause && ps.paused:
-		ps.paused = false
-		p.cl.ResumeFetchPartitions(tp)
+	if len(ps.held) == 0 {
+		return time.Time{}, false
 	}
-	next := ps.held[0].due
-	if wantPause {
-		// Wake for whichever comes first: the head is due, or it is time
-		// to fetch what follows the last held record.
+	next = ps.held[0].due
+	if hold {
 		if r := ps.maxDue.Add(-p.cfg.Prefetch); r.Before(next) {
 			next = r
 		}
 	}
-	d := max(next.Sub(now), 0)
-	if ps.timer == nil {
-		ps.timer = time.AfterFunc(d, func() { p.release(ps) })
-	} else {
-		ps.timer.Reset(d)
-	}
+	return next, true
 }
 
-// release dispatches every held record that has come due.
-func (p *Processor) release(ps *partition) {
-	now := p.cfg.Now()
-	ps.mu.Lock()
-	if ps.revoked {
-		ps.mu.Unlock()
-		return
-	}
-	due := ps.popDue(now)
-	p.scheduleLocked(ps, now)
-	ps.mu.Unlock()
-	for _, t := range due {
-		if !p.start(context.Background(), ps, t) {
+// dispatch is the partition's one goroutine until it is handed back: it
+// releases held records as they come due, keeps a retry partition's fetch
+// paused or resumed, and starts ready records in order, each on a window
+// slot.
+func (p *Processor) dispatch(ps *partition) {
+	defer p.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		ps.mu.Lock()
+		if ps.revoked {
+			ps.mu.Unlock()
 			return
 		}
+		if ps.src.Retry {
+			now := p.cfg.Now()
+			ps.ready = append(ps.ready, ps.popDue(now)...)
+			if next, ok := p.scheduleLocked(ps, now); ok {
+				timer.Reset(max(next.Sub(now), 0))
+			} else {
+				timer.Stop()
+			}
+		}
+		ready := len(ps.ready)
+		ps.mu.Unlock()
+		if ready == 0 {
+			select {
+			case <-ps.wake:
+			case <-timer.C:
+			case <-ps.stop:
+				return
+			}
+			continue
+		}
+		select {
+		case p.window <- struct{}{}:
+		case <-ps.stop:
+			return
+		}
+		p.startNext(ps)
 	}
 }
 
-// start takes a window slot and dispatches t on its own goroutine. It
-// returns false when the partition was revoked or ctx ended meanwhile.
-func (p *Processor) start(ctx context.Context, ps *partition, t *tracked) bool {
-	select {
-	case p.window <- struct{}{}:
-	case <-ctx.Done():
-		return false
-	}
+// startNext starts the partition's next ready record on the window slot
+// its dispatcher took, or gives the slot back if the partition was handed
+// back meanwhile.
+func (p *Processor) startNext(ps *partition) {
 	ps.mu.Lock()
-	if ps.revoked {
+	if ps.revoked || len(ps.ready) == 0 {
 		ps.mu.Unlock()
 		<-p.window
-		return false
+		return
 	}
+	t := ps.ready[0]
+	ps.ready[0] = nil
+	ps.ready = ps.ready[1:]
+	t.started = true
 	ps.inFlight++
 	ps.mu.Unlock()
+	if !ps.src.Retry {
+		p.unqueue(1)
+	}
 	p.wg.Add(1)
 	go p.handle(ps, t)
-	return true
 }
 
 // complete records that every output of t is acknowledged (ok) or that one
@@ -466,69 +526,167 @@ func (p *Processor) complete(ps *partition, t *tracked, ok bool) {
 }
 
 // The callbacks use the client they are given: the first assignment can
-// arrive before kgo.NewClient has returned it to New.
+// arrive before kgo.NewClient has returned it to New. kgo runs them only
+// between polls (BlockRebalanceOnPoll), never beside accept or drain.
 
 func (p *Processor) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]int32) {
 	p.joined.Store(true)
 	// A partition paused during an earlier ownership of ours must not stay
-	// paused: its held records were dropped with it.
+	// paused: its held records were handed back with it.
 	cl.ResumeFetchPartitions(m)
 }
 
 func (p *Processor) onRevoked(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
-	p.handBack(cl, m, false)
+	hctx, cancel := context.WithTimeout(ctx, p.cfg.DrainTimeout)
+	p.handBack(hctx, cl, m, false)
+	cancel()
 	if err := cl.CommitMarkedOffsets(ctx); err != nil && !errors.Is(err, kgo.ErrClientClosed) {
 		p.log.Warn("commit on revoke", "err", err)
 	}
 }
 
-func (p *Processor) onLost(_ context.Context, cl *kgo.Client, m map[string][]int32) {
-	p.handBack(cl, m, true)
+func (p *Processor) onLost(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+	p.handBack(ctx, cl, m, true)
 }
 
-// handBack stops dispatching the given partitions, waits (bounded) for their
-// records in flight so their offsets can be committed, drops held records
-// (uncommitted, so the next owner consumes them) and resumes the partitions.
-func (p *Processor) handBack(cl *kgo.Client, m map[string][]int32, lost bool) {
-	var waits []chan struct{}
+// handBack gives partitions up: their dispatchers stop and what they had
+// not started stays unstarted. A lost partition is dropped at once and
+// nothing of it is marked any more (another member may own it already).
+//
+// A graceful hand-back waits, until ctx is done, for the records in flight
+// so that their offsets can be marked, then re-produces the stranded
+// records (see reproduce) so that the checkpoint can pass them, and from
+// then on marks nothing more. The caller commits.
+func (p *Processor) handBack(ctx context.Context, cl *kgo.Client, m map[string][]int32, lost bool) {
+	var parts []*partition
 	p.mu.Lock()
-	for topic, parts := range m {
-		for _, part := range parts {
+	for topic, nums := range m {
+		for _, part := range nums {
 			k := topicPart{topic, part}
-			ps := p.parts[k]
-			if ps == nil {
-				continue
+			if ps := p.parts[k]; ps != nil {
+				delete(p.parts, k)
+				parts = append(parts, ps)
 			}
-			delete(p.parts, k)
-			ps.mu.Lock()
-			ps.revoked = true
-			ps.lost = lost
-			ps.held = nil
-			if ps.timer != nil {
-				ps.timer.Stop()
-			}
-			if ps.inFlight > 0 {
-				ps.idleCh = make(chan struct{})
-				waits = append(waits, ps.idleCh)
-			}
-			ps.mu.Unlock()
 		}
 	}
 	p.mu.Unlock()
+	var waits []chan struct{}
+	for _, ps := range parts {
+		ps.mu.Lock()
+		ps.revoked = true
+		ps.lost = lost
+		close(ps.stop)
+		if !ps.src.Retry {
+			p.unqueue(len(ps.ready))
+		}
+		if lost {
+			ps.held, ps.ready = nil, nil
+		} else if ps.inFlight > 0 {
+			ps.idleCh = make(chan struct{})
+			waits = append(waits, ps.idleCh)
+		}
+		ps.mu.Unlock()
+	}
 	cl.ResumeFetchPartitions(m)
 	if lost {
 		return
 	}
-	t := time.NewTimer(p.cfg.DrainTimeout)
-	defer t.Stop()
 	for _, w := range waits {
 		select {
 		case <-w:
-		case <-t.C:
-			p.log.Warn("revoke: records still in flight; the next owner sends them again")
-			return
+			continue
+		case <-ctx.Done():
+			p.log.Warn("hand-back: records still in flight; the next owner sends them again")
+		}
+		break
+	}
+	for _, ps := range parts {
+		if n, failed := p.reproduce(ctx, cl, ps); n+failed > 0 {
+			p.log.Info("re-produced held records on hand-back", "topic", ps.topic, "partition", ps.part, "records", n, "failed", failed)
+		}
+		ps.mu.Lock()
+		ps.lost = true // mark nothing more: the partition is no longer ours
+		ps.held, ps.ready = nil, nil
+		ps.mu.Unlock()
+	}
+}
+
+// reproduce appends a copy of each stranded record of a handed-back
+// partition (see partition.stranded) to the end of its topic and, once the
+// copy is acknowledged, counts the record finished, so the checkpoint
+// passes it and the later records already sent: otherwise the next owner
+// would consume and send them again. In practice these are retry records
+// held until due while a later offset, due earlier (jitter, Retry-After
+// floors), was sent.
+//
+// The copy is the record unchanged: key, value, headers (push-sig signs
+// them and the topic) and timestamp, so it is due when the original was and
+// the next owner holds it as before. It goes to the same topic, and to the
+// same partition through the client's partitioner: the processor keeps
+// kgo's default, which hashes a key to the partition retry() had it land
+// on while the partition count is unchanged; a record without a key has no
+// order to keep, and lands where the partitioner puts it, as its original
+// did.
+//
+// A copy not acknowledged before ctx is done leaves its record unfinished,
+// so the checkpoint stops before it: at least once, never at most once.
+// It returns how many copies were acknowledged and how many were not.
+func (p *Processor) reproduce(ctx context.Context, cl *kgo.Client, ps *partition) (acked, failed int) {
+	ps.mu.Lock()
+	ts := ps.stranded()
+	ps.mu.Unlock()
+	if len(ts) == 0 {
+		return 0, 0
+	}
+	var (
+		mu   sync.Mutex
+		ok   = make([]bool, len(ts))
+		over bool // set once ok is read: later results are ignored
+		left atomic.Int32
+		done = make(chan struct{})
+	)
+	left.Store(int32(len(ts)))
+	for i, t := range ts {
+		r := t.rec
+		cp := &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: slices.Clone(r.Headers), Timestamp: r.Timestamp}
+		cl.Produce(ctx, cp, func(_ *kgo.Record, err error) {
+			mu.Lock()
+			if !over {
+				ok[i] = err == nil
+			}
+			mu.Unlock()
+			if err != nil && !errors.Is(err, kgo.ErrClientClosed) {
+				p.log.Error("re-produce on hand-back failed; the record stays uncommitted", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+			}
+			if left.Add(-1) == 0 {
+				close(done)
+			}
+		})
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	over = true
+	mu.Unlock()
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var last *kgo.Record
+	for i, t := range ts {
+		if !ok[i] {
+			failed++
+			continue
+		}
+		acked++
+		if l := ps.finish(t); l != nil {
+			last = l
 		}
 	}
+	if last != nil && !ps.lost {
+		cl.MarkCommitRecords(last)
+	}
+	return acked, failed
 }
 
 // jitter returns the random extra delay of a retry on a step of delay d.

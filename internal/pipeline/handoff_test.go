@@ -1,0 +1,377 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tierpush/tierpush/internal/dispatch"
+	"github.com/tierpush/tierpush/internal/pipeline"
+	"github.com/tierpush/tierpush/internal/pushsim"
+	"github.com/tierpush/tierpush/internal/testenv"
+	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
+)
+
+// The handoff tests run on loopback in real time, not in a synctest
+// bubble: kgo gates polls and rebalances (BlockRebalanceOnPoll) and runs
+// its autocommits with a sync.Cond and an RWMutex, which synctest does not
+// count as durably blocked, so the bubble's clock would stop during a
+// rebalance that needs it to move. The delays are short instead.
+
+// member is one processor of the group, started by the test (its Env
+// starts none), so that a test can run several and stop one.
+type member struct {
+	p      *pipeline.Processor
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startMember starts a processor with the Env's configuration and joins
+// the group; the test's cleanup stops it.
+func startMember(t *testing.T, env *testenv.Env) *member {
+	t.Helper()
+	hc := dispatch.NewHTTPClient(env.HTTPClient())
+	t.Cleanup(hc.CloseIdleConnections)
+	sender, err := dispatch.New(dispatch.Config{VAPID: env.VAPID}, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Frequent heartbeats make rebalances take well under a second.
+	kopts := append(env.KafkaOpts(), kgo.HeartbeatInterval(200*time.Millisecond))
+	p, err := pipeline.New(env.PipelineConfig(), log, sender, env.Signer, kopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &member{p: p, cancel: cancel, done: make(chan error, 1)}
+	go func() { m.done <- p.Run(ctx) }()
+	t.Cleanup(func() { m.stop() })
+	return m
+}
+
+// stop shuts the member down gracefully (what SIGTERM does) and returns
+// Run's error. It is safe twice.
+func (m *member) stop() error {
+	if m.cancel == nil {
+		return nil
+	}
+	m.cancel()
+	m.cancel = nil
+	return <-m.done
+}
+
+// waitMembers waits until the group is stable with n members, each of them
+// assigned partitions.
+func waitMembers(ctx context.Context, t *testing.T, env *testenv.Env, n int) {
+	t.Helper()
+	adm := kadm.NewClient(env.Client)
+	group := env.PipelineConfig().Group
+	for {
+		ds, err := adm.DescribeGroups(ctx, group)
+		if err == nil {
+			g := ds[group]
+			assigned := 0
+			for _, m := range g.Members {
+				if c, ok := m.Assigned.AsConsumer(); ok && len(c.Topics) > 0 {
+					assigned++
+				}
+			}
+			if g.State == "Stable" && len(g.Members) == n && assigned == n {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("group never had %d members with partitions: %v", n, ctx.Err())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// partitionProducer produces to the partition each record names.
+func partitionProducer(t *testing.T, env *testenv.Env) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append(env.KafkaOpts(), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// waitSent waits until the simulator has answered every sub in subs.
+func waitSent(ctx context.Context, t *testing.T, sim *pushsim.Server, subs map[string]bool) {
+	t.Helper()
+	for {
+		seen := make(map[string]bool)
+		for _, d := range sim.Deliveries() {
+			if subs[d.SubID] {
+				seen[d.SubID] = true
+			}
+		}
+		if len(seen) == len(subs) {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the simulator answered %d of %d subscriptions: %v", len(seen), len(subs), ctx.Err())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkExactlyOnce asserts that every event of subs (sub id → event id) was
+// sent exactly once and delivered, and that push.outcomes holds exactly
+// one delivered record per event. It waits for the ledger first, then a
+// little longer so that late duplicates show up too.
+func checkExactlyOnce(ctx context.Context, t *testing.T, env *testenv.Env, subs map[string]string) {
+	t.Helper()
+	checkDelivered(ctx, t, env, subs, true)
+}
+
+// checkDelivered asserts that every event of subs was sent and delivered,
+// and, if exactly, that none was sent or recorded twice.
+func checkDelivered(ctx context.Context, t *testing.T, env *testenv.Env, subs map[string]string, exactly bool) {
+	t.Helper()
+	got, err := env.ReadOutcomes(ctx, len(subs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+
+	sends := make(map[string]int)
+	for _, d := range env.Sim.Deliveries() {
+		if _, ok := subs[d.SubID]; ok {
+			sends[d.SubID]++
+			if d.Status != 201 {
+				t.Errorf("sub %s: the simulator answered %d", d.SubID, d.Status)
+			}
+		}
+	}
+	dups := 0
+	for sub, id := range subs {
+		switch n := sends[sub]; {
+		case n == 0:
+			t.Errorf("%s: never sent", id)
+		case n > 1:
+			dups += n - 1
+		}
+	}
+	switch {
+	case dups > 0 && exactly:
+		t.Errorf("%d duplicate deliveries over %d events, want 0", dups, len(subs))
+	default:
+		t.Logf("%d events, %d duplicate deliveries", len(subs), dups)
+	}
+	var wrong []string
+	for _, id := range subs {
+		outs := got[id]
+		if len(outs) == 0 || exactly && len(outs) != 1 || topology.Outcome(outs[0].Outcome) != topology.OutcomeDelivered {
+			wrong = append(wrong, fmt.Sprintf("%s: %d outcomes", id, len(outs)))
+		}
+	}
+	if len(wrong) > 0 {
+		slices.Sort(wrong)
+		t.Errorf("%d events without the delivered outcome(s) wanted, e.g. %v", len(wrong), wrong[:min(len(wrong), 5)])
+	}
+	if !exactly {
+		return
+	}
+	// ReadOutcomes stops at the last id it waits for: count the records
+	// themselves, so a duplicate outcome written later is seen.
+	if records := topicRecords(ctx, t, env, env.Names.Outcomes()); records != int64(len(subs)) {
+		t.Errorf("push.outcomes holds %d records, want %d (one per event)", records, len(subs))
+	}
+}
+
+// topicRecords returns how many records topic holds.
+func topicRecords(ctx context.Context, t *testing.T, env *testenv.Env, topic string) int64 {
+	t.Helper()
+	ends, err := kadm.NewClient(env.Client).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return n
+}
+
+// TestHandoffHeldRetries hands over retry partitions whose held records
+// sit below offsets already sent (due order differs from offset order:
+// jitter, Retry-After floors). The member giving them up must re-produce
+// what it holds so that it can commit what it sent: every event is sent
+// exactly once, by one member or the other. If the copies cannot be
+// produced, nothing is committed past the held records: they are sent
+// all the same, and only then can what was sent be sent again.
+func TestHandoffHeldRetries(t *testing.T) {
+	const partitions = 4
+	// Due times, in offset order, of the records of every partition,
+	// relative to when they are produced. The handoff starts once the
+	// early ones are sent: offsets 0, 2 and 5 are still held then.
+	dues := []time.Duration{8 * time.Second, 200 * time.Millisecond, 6 * time.Second, 400 * time.Millisecond, 600 * time.Millisecond, 10 * time.Second}
+	const early = time.Second
+	stop := func(t *testing.T, a *member) {
+		if err := a.stop(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	}
+	tests := []struct {
+		name string
+		// two starts the second member before the records are produced,
+		// so that a's stop hands its partitions to it; otherwise the
+		// second member joins at the handoff and takes some of them.
+		two bool
+		// failCopies makes the broker refuse every produce to the retry
+		// topic from the handoff on.
+		failCopies bool
+	}{
+		{name: "graceful stop", two: true},
+		{name: "member joins"},
+		{name: "copies refused", two: true, failCopies: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := testenv.Start(t, testenv.Options{Partitions: partitions, NoProcessor: true,
+				Pipeline: func(c *pipeline.Config) { c.DrainTimeout = 5 * time.Second }})
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			a := startMember(t, env)
+			waitMembers(ctx, t, env, 1)
+			if tt.two {
+				startMember(t, env)
+				waitMembers(ctx, t, env, 2)
+			}
+
+			topic := env.Names.Retry(tiers.Tier1, 8*time.Second)
+			now := time.Now()
+			subs := make(map[string]string)
+			sent := make(map[string]bool) // sent before the handoff
+			var recs []*kgo.Record
+			for part := range int32(partitions) {
+				for i, d := range dues {
+					sub := env.Sim.Subscribe()
+					id := fmt.Sprintf("held-%d-%d", part, i)
+					subs[sub.ID] = id
+					if d < early {
+						sent[sub.ID] = true
+					}
+					v := testenv.Event(id, sub, "x", nil)
+					meta := topology.Meta{Attempt: 1, Due: now.Add(d), FirstSeen: now, Origin: fmt.Sprintf("push.tier1/%d/%d", part, i), Status: 503}
+					hs := append(signed(env.Signer, topic, v, meta, now.Add(7*24*time.Hour)), kgo.RecordHeader{Key: "x-upstream", Value: []byte(id)})
+					recs = append(recs, &kgo.Record{Topic: topic, Partition: part, Key: []byte(sub.ID), Value: v, Headers: hs})
+				}
+			}
+			if err := partitionProducer(t, env).ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			waitSent(ctx, t, env.Sim, sent)
+			if held := a.p.Held()[topic]; held == 0 {
+				t.Fatal("the member handing over holds no record: the test proves nothing")
+			}
+			if tt.failCopies {
+				refuseProduce(ctx, t, env, topic)
+			}
+			if tt.two {
+				stop(t, a)
+			} else {
+				startMember(t, env)
+				waitMembers(ctx, t, env, 2)
+			}
+			checkDelivered(ctx, t, env, subs, !tt.failCopies)
+			copies := topicRecords(ctx, t, env, topic) - int64(len(recs))
+			switch {
+			case tt.failCopies && copies != 0:
+				t.Errorf("%d copies in the retry topic, want none: the broker refused them", copies)
+			case !tt.failCopies && copies <= 0:
+				t.Error("no held record was re-produced on the handoff")
+			default:
+				t.Logf("%d held records re-produced on the handoff", copies)
+			}
+		})
+	}
+}
+
+// refuseProduce makes the broker answer every produce request for topic
+// alone with TOPIC_AUTHORIZATION_FAILED, which kgo does not retry.
+func refuseProduce(ctx context.Context, t *testing.T, env *testenv.Env, topic string) {
+	t.Helper()
+	mreq := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	mreq.Topics = append(mreq.Topics, mt)
+	mresp, err := mreq.RequestWith(ctx, env.Client)
+	if err != nil || len(mresp.Topics) != 1 {
+		t.Fatalf("metadata of %s: %v", topic, err)
+	}
+	id := mresp.Topics[0].TopicID
+	env.Cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.ProduceRequest)
+		for _, rt := range req.Topics {
+			if rt.Topic != topic && rt.TopicID != id {
+				return nil, nil, false
+			}
+		}
+		env.Cluster.KeepControl()
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+}
+
+// TestHandoffJoinMidPoll: a member joins while the first one is still
+// dispatching polls of every partition through a small window, so the
+// partitions it gives up have records consumed but not started. None of
+// them may be sent by both.
+func TestHandoffJoinMidPoll(t *testing.T) {
+	const (
+		partitions = 4
+		n          = 300
+	)
+	sim := pushsim.DefaultConfig()
+	sim.Latency = 40 * time.Millisecond
+	env := testenv.Start(t, testenv.Options{Partitions: partitions, NoProcessor: true, Sim: &sim,
+		Pipeline: func(c *pipeline.Config) { c.MaxInFlight = 2 }})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	startMember(t, env)
+	waitMembers(ctx, t, env, 1)
+
+	subs := make(map[string]string)
+	var recs []*kgo.Record
+	for i := range n {
+		sub := env.Sim.Subscribe()
+		id := fmt.Sprintf("join-%03d", i)
+		subs[sub.ID] = id
+		tier := tiers.All[i%len(tiers.All)]
+		recs = append(recs, &kgo.Record{Topic: env.Names.Tier(tier), Partition: int32(i / len(tiers.All) % partitions),
+			Key: []byte(sub.ID), Value: testenv.Event(id, sub, "x", nil)})
+	}
+	if err := partitionProducer(t, env).ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// Let the first member get some way into its polls, then join.
+	for len(env.Sim.Deliveries()) < n/10 && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	startMember(t, env)
+	checkExactlyOnce(ctx, t, env, subs)
+}
