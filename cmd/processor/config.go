@@ -46,6 +46,7 @@ type Config struct {
 	EmbeddedAddr string
 	DataDir      string
 	Group        string
+	InstanceID   string // static group membership; empty = dynamic
 	TopicPrefix  string
 
 	VAPIDPublicKey  string
@@ -105,6 +106,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.EmbeddedAddr, "embedded-addr", c.EmbeddedAddr, "where the embedded broker listens")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "embedded broker storage (survives restarts)")
 	fs.StringVar(&c.Group, "group", c.Group, "consumer group")
+	fs.StringVar(&c.InstanceID, "instance-id", "", "static group membership (group.instance.id): a name unique in the group and stable across restarts, e.g. a StatefulSet pod name; empty = dynamic membership")
 	fs.StringVar(&c.TopicPrefix, "topic-prefix", c.TopicPrefix, "prefix of every topic name")
 	fs.StringVar(&c.VAPIDPublicKey, "vapid-public-key", "", "VAPID public key, base64url (env VAPID_PUBLIC_KEY also read)")
 	fs.StringVar(&c.VAPIDPrivateKey, "vapid-private-key", "", "VAPID private key, base64url (env VAPID_PRIVATE_KEY also read)")
@@ -261,6 +263,9 @@ func (c *Config) Validate() error {
 	if c.Group == "" {
 		errs = append(errs, errors.New("--group: empty"))
 	}
+	if err := validateInstanceID(c.InstanceID); err != nil {
+		errs = append(errs, fmt.Errorf("--instance-id: %w", err))
+	}
 	if c.TopicPrefix == "" || strings.ContainsAny(c.TopicPrefix, " /\\") {
 		errs = append(errs, fmt.Errorf("--topic-prefix: %q is not a valid topic prefix", c.TopicPrefix))
 	}
@@ -279,6 +284,30 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// maxInstanceIDLen is Kafka's bound on group.instance.id (that of a topic
+// name).
+const maxInstanceIDLen = 249
+
+// validateInstanceID checks a group.instance.id as Kafka does
+// (JoinGroupRequest.validateGroupInstanceId): empty means none; otherwise
+// at most 249 of [a-zA-Z0-9._-], and not "." or "..".
+func validateInstanceID(id string) error {
+	switch {
+	case id == "":
+		return nil
+	case len(id) > maxInstanceIDLen:
+		return fmt.Errorf("%d bytes, want at most %d", len(id), maxInstanceIDLen)
+	case id == "." || id == "..":
+		return fmt.Errorf("%q is not allowed", id)
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("%q holds %q, want only letters, digits, '.', '_' and '-'", truncateFlag(id), r)
+		}
+	}
+	return nil
 }
 
 func (c *Config) vapid() dispatch.VAPID {

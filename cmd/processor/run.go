@@ -126,6 +126,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 		log.Info("tracing on", "endpoint", firstEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"))
 	}
 	kopts = append(kopts, kgo.WithHooks(metrics.KafkaMeter()))
+	if cfg.InstanceID != "" {
+		// Static membership: a restart with the same ID takes the old
+		// member's place at once. Close does not leave the group: the
+		// partitions wait for that restart or the session timeout.
+		kopts = append(kopts, kgo.InstanceID(cfg.InstanceID))
+	}
 	p, err := pipeline.New(pc, log, sender, signer, kopts, popts...)
 	if err != nil {
 		return fmt.Errorf("start pipeline: %w", err)

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -70,6 +71,14 @@ func freeAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// static reports whether processors are static group members: each runs
+// with --instance-id proc-<slot>, kept by the processor started in place of
+// a killed one. TIERPUSH_FAULTS_DYNAMIC=1 runs them as dynamic members.
+func static() bool { return os.Getenv("TIERPUSH_FAULTS_DYNAMIC") == "" }
+
+// instanceID is the --instance-id of the processors of slot i.
+func instanceID(i int) string { return fmt.Sprintf("proc-%d", i) }
 
 // logLevel is the processors' log level: warn, or TIERPUSH_FAULTS_LOG_LEVEL.
 func logLevel() string {
@@ -466,6 +475,9 @@ func (c *cluster) restartProc(i int) *proc {
 		"--partitions", fmt.Sprint(partitions),
 		"--log-level", logLevel(),
 	}, c.procArgs...)
+	if static() {
+		args = append(args, "--instance-id", instanceID(i))
+	}
 	// Extra flags for a diagnostic run, e.g. TIERPUSH_FAULTS_PROCESSOR_ARGS="--pacing=false".
 	args = append(args, strings.Fields(os.Getenv("TIERPUSH_FAULTS_PROCESSOR_ARGS"))...)
 	c.mu.Lock()
@@ -513,31 +525,91 @@ func (c *cluster) checkRunning() {
 	}
 }
 
-// groupMembers returns the group's state and member count.
-func (c *cluster) groupMembers(ctx context.Context) (string, int, error) {
+// groupMember is a member of the group as the broker describes it.
+type groupMember struct {
+	id, instance string // instance: --instance-id, empty for a dynamic member
+	partitions   int    // input partitions assigned to it
+}
+
+// describeGroup returns the group's state and members.
+func (c *cluster) describeGroup(ctx context.Context) (string, []groupMember, error) {
 	gs, err := c.adm.DescribeGroups(ctx, group)
 	if err != nil {
-		return "", 0, err
+		return "", nil, err
 	}
 	g, ok := gs[group]
 	if !ok {
-		return "", 0, errors.New("group not described")
+		return "", nil, errors.New("group not described")
 	}
 	if g.Err != nil {
-		return "", 0, g.Err
+		return "", nil, g.Err
 	}
-	return g.State, len(g.Members), nil
+	var ms []groupMember
+	for _, m := range g.Members {
+		gm := groupMember{id: m.MemberID}
+		if m.InstanceID != nil {
+			gm.instance = *m.InstanceID
+		}
+		if a, ok := m.Assigned.AsConsumer(); ok {
+			for _, t := range a.Topics {
+				gm.partitions += len(t.Partitions)
+			}
+		}
+		ms = append(ms, gm)
+	}
+	return g.State, ms, nil
 }
 
-// waitStable waits until the group is Stable with exactly n members.
-func (c *cluster) waitStable(ctx context.Context, n int) error {
+// memberOf returns the member ID of slot i's static member, or "".
+func (c *cluster) memberOf(ctx context.Context, i int) string {
+	_, ms, err := c.describeGroup(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, m := range ms {
+		if m.instance == instanceID(i) {
+			return m.id
+		}
+	}
+	return ""
+}
+
+// waitStable waits until the group is Stable with exactly n members that
+// hold every input partition between them, none of them a member ID in
+// gone. With static membership the members must be slots 0..n-1 by their
+// instance IDs, so a member that was killed or stopped counts only once a
+// process started in its place has taken it over (pass its old member ID
+// in gone): a static member does not leave on shutdown, so the group stays
+// Stable with n members meanwhile.
+func (c *cluster) waitStable(ctx context.Context, n int, gone ...string) error {
+	want := partitions * len(names.Inputs(&policy))
 	var last string
 	err := waitUntil(ctx, fmt.Sprintf("group stable with %d members", n), func() bool {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		state, members, err := c.groupMembers(rctx)
-		last = fmt.Sprintf("state %q, %d members, err %v", state, members, err)
-		return err == nil && state == "Stable" && members == n
+		state, ms, err := c.describeGroup(rctx)
+		held := 0
+		var desc []string
+		ok := err == nil && state == "Stable" && len(ms) == n
+		for _, m := range ms {
+			held += m.partitions
+			id := m.id
+			if m.instance != "" {
+				id = m.instance + "/" + id
+			}
+			desc = append(desc, fmt.Sprintf("%s:%d", id, m.partitions))
+			if slices.Contains(gone, m.id) {
+				ok = false
+			}
+		}
+		if static() {
+			for i := range n {
+				ok = ok && slices.ContainsFunc(ms, func(m groupMember) bool { return m.instance == instanceID(i) })
+			}
+		}
+		last = fmt.Sprintf("state %q, %d members [%s] holding %d of %d input partitions, err %v",
+			state, len(ms), strings.Join(desc, " "), held, want, err)
+		return ok && held == want
 	})
 	if err != nil {
 		return fmt.Errorf("%w (last: %s)", err, last)

@@ -186,6 +186,11 @@ func scenarioCrashes(t *testing.T) row {
 	if err := c.ready(rctx, c.current()...); err != nil {
 		t.Error(err)
 	}
+	// The group must have come back from the kills: stable with the
+	// three current processors holding every input partition.
+	if err := c.waitStable(rctx, 3); err != nil {
+		t.Error(err)
+	}
 	rcancel()
 	c.checkRunning()
 
@@ -259,6 +264,10 @@ func scenarioRollingRestart(t *testing.T) row {
 	for i := range 3 {
 		p := c.current()[i]
 		lagging, _ := c.lagged(ctx)
+		// A static member stays in the group after SIGTERM (it does not
+		// leave) until its replacement takes its place with a new member
+		// ID; a dynamic one leaves at once.
+		old := c.memberOf(ctx, i)
 		began := time.Now()
 		sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
 		code, err := p.stop(sctx, syscall.SIGTERM)
@@ -271,7 +280,7 @@ func scenarioRollingRestart(t *testing.T) row {
 		}
 		np := c.restartProc(i)
 		c.waitReady(ctx, np)
-		if err := c.waitStable(ctx, 3); err != nil {
+		if err := c.waitStable(ctx, 3, old); err != nil {
 			t.Fatal(err)
 		}
 		took := time.Since(began)
