@@ -57,9 +57,10 @@ func scenarioNamed(name string, cfg config) scenario {
 
 // ledgerMix is the failure mix of the ledger test (internal/pipeline): 10%
 // 503 once, 5% 429 with Retry-After 5, 3% 410, 2% always 500, 1% malformed,
-// the rest delivered at once.
+// the rest delivered at once; each kind spread over its hundred (37 is
+// prime to 100): one kind in a row looks like an outage.
 func ledgerMix(i int) ([]pushsim.Response, bool) {
-	switch r := i % 100; {
+	switch r := i * 37 % 100; {
 	case r < 10:
 		return []pushsim.Response{{Status: 503}}, false
 	case r < 15:
@@ -76,7 +77,7 @@ func ledgerMix(i int) ([]pushsim.Response, bool) {
 
 // tierOf spreads events like the dev workload: 20% tier1, 30% tier2, 50%
 // tier3. It reads the hundreds digit, so the tier is independent of the
-// ledger mix (which reads i % 100): each tier gets the same failure mix.
+// ledger mix (which reads i % 100, permuted): each tier gets the same failure mix.
 func tierOf(i int) tiers.Tier {
 	switch r := i / 100 % 10; {
 	case r < 2:

@@ -242,13 +242,14 @@ type lane struct {
 	// rate caps the sends of tiers below tier 1 once the origin has
 	// throttled the sender: what it was seen to sustain, less 5%, so tier 1
 	// finds room without a 429. 0 = no cap.
-	rate    float64
-	tokens  float64
-	tokAt   time.Time
-	timer   *time.Timer // wakes waiters at the end of a pause or for a token
-	armed   time.Time   // when timer fires; zero when not armed
-	pacer   *Pacer
-	lastCut time.Time
+	rate      float64
+	rateUntil time.Time // when the cap lapses unless a pause renews it
+	tokens    float64
+	tokAt     time.Time
+	timer     *time.Timer // wakes waiters at the end of a pause or for a token
+	armed     time.Time   // when timer fires; zero when not armed
+	pacer     *Pacer
+	lastCut   time.Time
 	// cutShare is the 429 share that caused the last cut; a share that
 	// stays within insensitive of it afterwards holds the limit.
 	cutShare float64
@@ -360,12 +361,22 @@ func (l *lane) oldestLocked() time.Time {
 // as none: after a cut the share stayed between 0.8× and 1.25× of itself.
 const insensitive = 0.8
 
+// rateFor is how long a learnt rate cap lasts without a new pause.
+const rateFor = 30 * time.Second
+
 // maxHold is the longest pause tier-1 requests wait out in memory rather
 // than going back to the ladder.
 const maxHold = 2 * time.Second
 
 // refillLocked adds the tokens earned since the last refill.
 func (l *lane) refillLocked(now time.Time) {
+	if l.rate > 0 && !now.Before(l.rateUntil) {
+		// No pause renewed it: lift it, and let the next pause, if the
+		// origin still limits us, teach it again. A cap learnt from a
+		// poor sample (per-device 429s, the first second of a lane)
+		// would otherwise hold the lower tiers back for good.
+		l.rate = 0
+	}
 	if l.rate == 0 {
 		return
 	}
@@ -663,7 +674,7 @@ func (l *lane) sumLocked(now time.Time, fresh bool) (attempts, throttled, failed
 
 // above reports whether k of n attempts is a share above p with the
 // configured confidence: the lower bound of the Wilson score interval must
-// be above p. At 30 attempts one 429 more or less moves the share by 3.3
+// be above p. Cuts and sender-wide pauses ask it. At 30 attempts one 429 more or less moves the share by 3.3
 // points, so a plain comparison would cut a healthy origin whose devices
 // are throttled one by one at about p, again and again, on noise alone.
 func (l *lane) above(k, n int, p float64) bool {
@@ -688,16 +699,19 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 	if n >= l.cfg.MinSamples {
 		r429, rErr := float64(t)/float64(n), float64(f)/float64(n)
 		switch {
-		case l.above(t, n, l.cfg.HaltRate) || l.above(f, n, l.cfg.ErrorHaltRate):
+		case r429 > l.cfg.HaltRate || rErr > l.cfg.ErrorHaltRate:
+			// Plain shares: a halt is the answer to a storm, which
+			// leaves no doubt; noise near 20% does no harm either.
 			l.openLocked(p, now, max(r429, rErr))
 			return
 		case l.above(t, n, l.cfg.CutRate) && now.Sub(l.lastCut) >= l.cfg.CutCooldown:
 			if l.cutShare > 0 && r429 >= l.cutShare*insensitive && r429 <= l.cutShare/insensitive {
 				// The last cut changed nothing: these 429s do not follow
 				// our concurrency (devices throttled one by one), and
-				// cutting again would only starve the origin. Hold, and
-				// judge afresh; a share that moves decides again.
-				l.restartLocked(now)
+				// cutting again would only starve the origin. Hold, keep
+				// the evidence (it may yet halt); a share that moves
+				// decides again after the cooldown.
+				l.lastCut = now
 				p.observe(Event{At: now, Origin: l.origin, Kind: "hold", Limit: l.limitInt(), Rate: r429})
 				return
 			}
@@ -839,6 +853,7 @@ func (l *lane) learnRateLocked(now time.Time) {
 		l.rate = max(r, 1)
 		l.tokens, l.tokAt = 0, now
 	}
+	l.rateUntil = now.Add(rateFor)
 }
 
 func (l *lane) state(now time.Time) LaneState {

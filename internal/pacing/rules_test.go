@@ -96,9 +96,9 @@ func TestCutAndHalt(t *testing.T) {
 		{
 			name: "a cut that changed nothing is not repeated: 429s that do not follow concurrency",
 			steps: []step{
-				{send: storm(2, 18)},               // 10%: cut
-				{after: 5 * s, send: storm(2, 18)}, // 10% again: hold
-				{after: 5 * s, send: storm(2, 20)}, // 9.1%: hold
+				{send: storm(2, 18)},                // 10%: cut
+				{after: 5 * s, send: spread(2, 20)}, // 10% again: hold
+				{after: 5 * s, send: spread(2, 22)}, // 9.5% since the cut: hold
 			},
 			want:      []ev{{0, "cut", 384}, {5 * s, "hold", 384}, {10 * s, "hold", 384}},
 			wantLimit: 384,
@@ -699,8 +699,7 @@ func TestConfidence(t *testing.T) {
 		{"6 of 30 (20%) is not", []step{{send: spread(6, 30)}}, []ev{{0, "cut", 384}}},
 		{"60 of 1000 (6%) is noise", []step{{send: spread(60, 1000)}}, nil},
 		{"90 of 1000 (9%) is not", []step{{send: spread(90, 1000)}}, []ev{{0, "cut", 384}}},
-		{"12 of 30 (40%) halts", []step{{send: spread(12, 30)}}, []ev{{0, "open", 384}}},
-		{"9 of 30 (30%) only cuts", []step{{send: spread(9, 30)}}, []ev{{0, "cut", 384}}},
+		{"7 of 30 (23%) halts: halts take the plain share", []step{{send: spread(7, 30)}}, []ev{{0, "open", 384}}},
 	}
 	for _, tt := range tests {
 		inBubble(t, tt.name, func(t *testing.T) {
