@@ -43,18 +43,30 @@ var (
 	policy = tiers.DefaultPolicy()
 )
 
+var (
+	fixedMu    sync.Mutex
+	fixedTaken = make(map[int]bool)
+)
+
 // fixedAddr returns a loopback address nobody uses right now, on a port
 // below the ephemeral range, for a listener that must be opened again on
 // the same port (the broker's and the push simulator's): no outgoing
 // connection can take it meanwhile.
 func fixedAddr(t *testing.T) string {
 	t.Helper()
+	fixedMu.Lock()
+	defer fixedMu.Unlock()
 	for range 100 {
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+mrand.IntN(12000)))
+		port := 20000 + mrand.IntN(12000)
+		if fixedTaken[port] {
+			continue // handed to a scenario running beside this one
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			continue
 		}
 		ln.Close()
+		fixedTaken[port] = true
 		return ln.Addr().String()
 	}
 	t.Fatal("no free port in 20000..31999")
