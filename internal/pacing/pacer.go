@@ -394,6 +394,9 @@ func (l *lane) tokenLocked(ti int, now time.Time) bool {
 		return true
 	}
 	l.refillLocked(now)
+	if l.rate == 0 {
+		return true // the rate lapsed just now: its tokens mean nothing
+	}
 	if ti > 0 && l.tokens < 1 {
 		return false
 	}

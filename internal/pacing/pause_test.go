@@ -299,3 +299,39 @@ func TestRateAfterPause(t *testing.T) {
 		}
 	})
 }
+
+// TestRateLapse: a learnt rate lapses 30 s after the pause that taught it;
+// a lower tier arriving then, with the tokens of that rate spent, goes
+// straight through instead of queueing for a token no timer will bring.
+func TestRateLapse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		for i := range 10 {
+			if i > 0 {
+				h.clk.Advance(1 * s)
+			}
+			h.send(rep(10, ok)...)
+		}
+		h.clk.Advance(500 * time.Millisecond)
+		for _, sub := range []string{"a", "b", "c", "d", "e", "f"} {
+			h.acquire(pacing.Request{Origin: origin, Sub: sub, Tier: tiers.Tier1}).Done(throttled)
+		}
+		h.clk.Advance(1 * s)
+		// Tier 1 overdraws the tokens.
+		for range 5 {
+			h.acquire(h.req(tiers.Tier1, false)).Done(ok)
+		}
+		h.clk.Advance(31 * s)
+		out := make(chan got, 1)
+		h.spawn(context.Background(), "", h.req(tiers.Tier3, true), out)
+		synctest.Wait()
+		if len(out) != 1 {
+			t.Fatalf("a tier-3 retry after the learnt rate lapsed is still waiting; want it granted at once")
+		}
+		if g := next(t, out); g.slot == nil {
+			t.Errorf("deferred, want granted")
+		} else {
+			g.slot.Done(ok)
+		}
+	})
+}
