@@ -83,7 +83,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 		return usageError(fmt.Errorf("endpoint policy: %w", err))
 	}
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
-	hc := dispatch.NewHTTPClient(dispatch.HTTPConfig{DialContext: guard.DialContext(dialer)})
+	hc := dispatch.NewHTTPClient(dispatch.HTTPConfig{DialContext: guard.DialContext(dialer), SendTimeout: cfg.SendTimeout})
 	defer hc.CloseIdleConnections()
 	sender, err := dispatch.New(dispatch.Config{VAPID: cfg.vapid(), Timeout: cfg.SendTimeout}, hc)
 	if err != nil {

@@ -264,6 +264,11 @@ type HTTPConfig struct {
 	TLS *TLSConfig
 	// MaxConnsPerHost bounds connections per push service; 0 = 512.
 	MaxConnsPerHost int
+	// SendTimeout is the sender's bound on one send (Config.Timeout): the
+	// client waits that long for response headers, and 5 s more for the
+	// whole exchange, so that the sender's bound is the one that counts.
+	// 0 = 10s.
+	SendTimeout time.Duration
 }
 
 // NewHTTPClient returns the client every send shares: keep-alive, HTTP/2
@@ -276,6 +281,9 @@ func NewHTTPClient(c HTTPConfig) *http.Client {
 	if c.MaxConnsPerHost == 0 {
 		c.MaxConnsPerHost = 512
 	}
+	if c.SendTimeout <= 0 {
+		c.SendTimeout = 10 * time.Second
+	}
 	t := &http.Transport{
 		DialContext:           c.DialContext,
 		ForceAttemptHTTP2:     true,
@@ -284,7 +292,7 @@ func NewHTTPClient(c HTTPConfig) *http.Client {
 		MaxConnsPerHost:       c.MaxConnsPerHost,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   5 * time.Second,
-		ResponseHeaderTimeout: 10 * time.Second,
+		ResponseHeaderTimeout: c.SendTimeout,
 		ExpectContinueTimeout: time.Second,
 	}
 	if c.TLS != nil {
@@ -292,7 +300,7 @@ func NewHTTPClient(c HTTPConfig) *http.Client {
 	}
 	return &http.Client{
 		Transport: t,
-		Timeout:   15 * time.Second,
+		Timeout:   c.SendTimeout + 5*time.Second,
 		// A push service answers; it does not redirect. Following one would
 		// send the capability URL's payload somewhere unchecked.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
