@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
+	varint "encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -189,5 +191,79 @@ func TestKcatInterop(t *testing.T) {
 	}
 	if len(seen) != n {
 		t.Errorf("kcat read outcomes of %d events, want %d", len(seen), n)
+	}
+}
+
+// TestCrashSkipsFinished: one slow send at the head of a partition holds
+// its committed offset while the records after it finish. Killed then, the
+// processor has committed which of those finished (commit metadata), and
+// its successor sends the slow one again and none of the others.
+func TestCrashSkipsFinished(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	const n = 200
+	sim, simAddr := serveSim(t, pushsim.DefaultConfig())
+	brokerAddr := freeAddr(t)
+	args := append(procArgs(t, t.TempDir(), brokerAddr, simAddr), "--send-timeout", "10m")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	first := startProc(t, args...)
+	waitTopics(ctx, t, first, brokerAddr)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokerAddr), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	// The first event's first answer takes ten minutes (a 503 if it ever
+	// came); sent again, it is delivered.
+	slow := sim.Subscribe(pushsim.Response{Status: 503, Latency: 10 * time.Minute}, pushsim.Response{})
+	recs := []*kgo.Record{{Topic: "push.tier1", Key: []byte(slow.ID), Value: testenv.Event("skip-00000", slow, "skip-00000", nil)}}
+	for i := 1; i < n; i++ {
+		sub := sim.Subscribe()
+		id := fmt.Sprintf("skip-%05d", i)
+		recs = append(recs, &kgo.Record{Topic: "push.tier1", Key: []byte(sub.ID), Value: testenv.Event(id, sub, id, nil)})
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+
+	// Offset 0 is in flight, 1..199 finished: the commit must say so,
+	// "tierpush.finished.v1:0:" and the varints 1 (gap) and 199 (length).
+	want := "tierpush.finished.v1:0:" + base64.RawURLEncoding.EncodeToString(varint.AppendUvarint([]byte{1}, n-1))
+	adm := kadm.NewClient(cl)
+	for {
+		offs, err := adm.FetchOffsets(ctx, "tierpush")
+		if o, ok := offs.Lookup("push.tier1", 0); err == nil && ok && o.At == 0 && o.Metadata == want {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			o, _ := offs.Lookup("push.tier1", 0)
+			t.Fatalf("committed push.tier1/0 at %d with metadata %q (err %v), want 0 and %q", o.At, o.Metadata, err, want)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	first.cmd.Process.Signal(syscall.SIGKILL)
+	first.wait(t, 30*time.Second)
+
+	second := startProc(t, args...)
+	readOutcomes(ctx, t, brokerAddr, n)
+	sends := make(map[string]int)
+	for _, d := range sim.Deliveries() {
+		if d.Status == 201 {
+			sends[string(d.Payload)]++
+		}
+	}
+	for i := range n {
+		id := fmt.Sprintf("skip-%05d", i)
+		if c := sends[id]; c != 1 {
+			t.Errorf("%s delivered %d times, want once", id, c)
+		}
+	}
+	second.cmd.Process.Signal(syscall.SIGTERM)
+	if code := second.wait(t, 60*time.Second); code != 0 {
+		t.Errorf("after SIGTERM the processor exited %d, want 0; stderr:\n%s", code, second.stderr)
 	}
 }

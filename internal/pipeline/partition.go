@@ -35,16 +35,20 @@ type partition struct {
 	wake chan struct{} // capacity 1: the dispatcher has something to look at
 	stop chan struct{} // closed when the partition is handed back
 
-	mu       sync.Mutex
-	queue    []*tracked // consumed, not yet committed, in offset order
-	held     dueHeap    // retry records waiting for their due time
-	maxDue   time.Time  // latest due time in held
-	ready    []*tracked // due, waiting for a window slot, in the order to start them
-	paused   bool
-	revoked  bool // dispatch nothing more
-	lost     bool // and mark nothing more
-	inFlight int
-	idleCh   chan struct{} // closed when inFlight drops to zero after a revoke
+	mu     sync.Mutex
+	queue  []*tracked // consumed, not yet committed, in offset order
+	held   dueHeap    // retry records waiting for their due time
+	maxDue time.Time  // latest due time in held
+	ready  []*tracked // due, waiting for a window slot, in the order to start them
+	paused bool
+	prior  []span // offsets an earlier owner finished after its committed offset
+	// metaDirty: a record finished behind an unfinished one since the last
+	// commit told which (see annotateCommit).
+	metaDirty bool
+	revoked   bool // dispatch nothing more
+	lost      bool // and mark nothing more
+	inFlight  int
+	idleCh    chan struct{} // closed when inFlight drops to zero after a revoke
 }
 
 func newPartition(topic string, part int32, src topology.Source) *partition {
@@ -80,6 +84,9 @@ func (p *partition) finish(t *tracked) *kgo.Record {
 		n := copy(p.queue, p.queue[i:])
 		clear(p.queue[n:])
 		p.queue = p.queue[:n]
+	}
+	if len(p.queue) > 0 && t.rec.Offset > p.queue[0].rec.Offset {
+		p.metaDirty = true
 	}
 	return last
 }

@@ -43,8 +43,9 @@ type Config struct {
 	// together. Default 0.1, at most MaxJitter (default 5s).
 	Jitter    float64
 	MaxJitter time.Duration
-	// Prefetch is how long before the last held record of a retry
-	// partition is due that fetching resumes. Default 250ms.
+	// Prefetch is how long before the records after the last held one
+	// of a retry partition can be due that fetching resumes: the last
+	// held record's due time less the step's jitter span. Default 250ms.
 	Prefetch time.Duration
 	// CommitInterval is how often finished offsets are committed: what a
 	// crash can make the next owner send again. Default 100ms.
@@ -214,6 +215,9 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 		kgo.ConsumeTopics(cfg.Names.Inputs(&cfg.Policy)...),
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(cfg.CommitInterval),
+		// Every commit the client makes, automatic or on revoke, carries
+		// the finished offsets after the committed one (checkpoint.go).
+		kgo.WithContext(kgo.PreCommitFnContext(context.Background(), p.annotateCommit)),
 		// A resumed retry partition is fetched only when the fetch in
 		// progress returns: kgo's 5 s default would make retries that
 		// late. Keep it under Prefetch.
@@ -256,6 +260,8 @@ func (p *Processor) Ready() bool { return p.joined.Load() && !p.draining.Load() 
 // room before polling instead.
 func (p *Processor) Run(ctx context.Context) error {
 	defer p.cl.Close()
+	p.wg.Add(1)
+	go p.commitFinished(ctx)
 	for {
 		p.waitRoom(ctx)
 		// With ctx done this returns at once, still blocking rebalances:
@@ -333,7 +339,7 @@ func (p *Processor) drain() error {
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), p.cfg.DrainTimeout)
 	defer ccancel()
-	if cerr := p.cl.CommitMarkedOffsets(cctx); cerr != nil && !errors.Is(cerr, kgo.ErrClientClosed) {
+	if cerr := p.cl.CommitMarkedOffsets(kgo.PreCommitFnContext(cctx, p.annotateCommit)); cerr != nil && !errors.Is(cerr, kgo.ErrClientClosed) {
 		err = errors.Join(err, fmt.Errorf("commit on shutdown: %w", cerr))
 	}
 	return err
@@ -376,9 +382,20 @@ func (p *Processor) accept(ftp kgo.FetchTopicPartition) {
 		ps.mu.Unlock()
 		return
 	}
+	var queued int64
 	for _, r := range ftp.Records {
 		t := ps.track(r, now)
+		if ps.skip(r.Offset) {
+			// Finished by the partition's previous owner after its last
+			// committed offset (checkpoint.go): sent and routed already.
+			p.stats.skipped.Add(1)
+			if last := ps.finish(t); last != nil {
+				p.cl.MarkCommitRecords(last)
+			}
+			continue
+		}
 		if !ps.src.Retry {
+			queued++
 			ps.ready = append(ps.ready, t)
 			continue
 		}
@@ -388,7 +405,7 @@ func (p *Processor) accept(ftp kgo.FetchTopicPartition) {
 	if ps.src.Retry {
 		p.scheduleLocked(ps, now) // pause now, not when the dispatcher looks
 	} else {
-		p.queued.Add(int64(len(ftp.Records)))
+		p.queued.Add(queued)
 	}
 	ps.mu.Unlock()
 	ps.notify()
@@ -410,13 +427,16 @@ func dueOf(r *kgo.Record, now time.Time) time.Time {
 }
 
 // scheduleLocked pauses fetching the retry partition while what it holds
-// reaches further than Prefetch, or while MaxInFlight of its records are
+// reaches further than Prefetch plus the step's jitter span, or while MaxInFlight of its records are
 // due and wait for a slot, and resumes it otherwise. It returns when the
 // dispatcher must look again: the head is due, or it is time to fetch what
 // follows the last held record; ok is false when nothing is held.
 // ps.mu must be held.
 func (p *Processor) scheduleLocked(ps *partition, now time.Time) (next time.Time, ok bool) {
-	hold := len(ps.held) > 0 && ps.maxDue.Sub(now) > p.cfg.Prefetch
+	// A record after the last one held is due at least that one's due
+	// time less the jitter span: fetch it a Prefetch before then.
+	lead := p.cfg.Prefetch + p.jitterSpan(ps.src.Delay)
+	hold := len(ps.held) > 0 && ps.maxDue.Sub(now) > lead
 	wantPause := hold || len(ps.ready) >= p.cfg.MaxInFlight
 	if wantPause != ps.paused {
 		ps.paused = wantPause
@@ -432,7 +452,7 @@ func (p *Processor) scheduleLocked(ps *partition, now time.Time) (next time.Time
 	}
 	next = ps.held[0].due
 	if hold {
-		if r := ps.maxDue.Add(-p.cfg.Prefetch); r.Before(next) {
+		if r := ps.maxDue.Add(-lead); r.Before(next) {
 			next = r
 		}
 	}
@@ -529,8 +549,9 @@ func (p *Processor) complete(ps *partition, t *tracked, ok bool) {
 // arrive before kgo.NewClient has returned it to New. kgo runs them only
 // between polls (BlockRebalanceOnPoll), never beside accept or drain.
 
-func (p *Processor) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+func (p *Processor) onAssigned(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
 	p.joined.Store(true)
+	p.loadFinished(ctx, cl, m)
 	// A partition paused during an earlier ownership of ours must not stay
 	// paused: its held records were handed back with it.
 	cl.ResumeFetchPartitions(m)
@@ -691,11 +712,15 @@ func (p *Processor) reproduce(ctx context.Context, cl *kgo.Client, ps *partition
 
 // jitter returns the random extra delay of a retry on a step of delay d.
 func (p *Processor) jitter(d time.Duration) time.Duration {
-	j := min(time.Duration(float64(d)*p.cfg.Jitter), p.cfg.MaxJitter)
-	if j <= 0 {
-		return 0
+	if j := p.jitterSpan(d); j > 0 {
+		return rand.N(j)
 	}
-	return rand.N(j)
+	return 0
+}
+
+// jitterSpan is the most jitter adds to a due time on a step of delay d.
+func (p *Processor) jitterSpan(d time.Duration) time.Duration {
+	return max(min(time.Duration(float64(d)*p.cfg.Jitter), p.cfg.MaxJitter), 0)
 }
 
 // Held returns how many retry records each retry topic holds in memory,

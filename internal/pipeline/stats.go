@@ -62,6 +62,7 @@ func (NopHooks) Finished(FinishInfo)          {}
 type Stats struct {
 	delivered atomic.Int64
 	gone      atomic.Int64
+	skipped   atomic.Int64 // finished by a partition's previous owner
 
 	mu      sync.Mutex
 	dlq     map[topology.Reason]int64
@@ -82,6 +83,7 @@ type OriginStats struct {
 type Snapshot struct {
 	Delivered int64
 	Gone      int64
+	Skipped   int64 // records consumed again that the previous owner had finished
 	DLQ       map[topology.Reason]int64
 	Retries   map[string]int64
 	Origins   map[string]OriginStats
@@ -145,6 +147,7 @@ func (s *Stats) Snapshot() Snapshot {
 	out := Snapshot{
 		Delivered: s.delivered.Load(),
 		Gone:      s.gone.Load(),
+		Skipped:   s.skipped.Load(),
 		DLQ:       make(map[topology.Reason]int64, len(s.dlq)),
 		Retries:   make(map[string]int64, len(s.retries)),
 		Origins:   make(map[string]OriginStats, len(s.origins)),
