@@ -361,7 +361,7 @@ func (l *lane) oldestLocked() time.Time {
 // as none: after a cut the share stayed between 0.8× and 1.25× of itself.
 const insensitive = 0.8
 
-// rateFor is how long a learnt rate cap lasts without a new pause.
+// rateFor is how long a learnt rate cap lasts.
 const rateFor = 30 * time.Second
 
 // maxHold is the longest pause tier-1 requests wait out in memory rather
@@ -839,7 +839,7 @@ func (l *lane) senderWideLocked(p *Pacer, sub string, retryAfter time.Duration, 
 
 // learnRateLocked caps the lower tiers at 95% of the deliveries per
 // second the origin sustained over the last 10 s: the sender limit it just
-// signalled, with room left for tier 1.
+// signalled, with room left for tier 1. The cap lasts rateFor.
 func (l *lane) learnRateLocked(now time.Time) {
 	ok, secs := 0, 0
 	for _, b := range l.buckets {
@@ -852,11 +852,18 @@ func (l *lane) learnRateLocked(now time.Time) {
 		return
 	}
 	r := 0.95 * float64(ok) / float64(secs)
-	if l.rate == 0 || r < l.rate {
+	// Under a cap the deliveries are what the cap let through: a pause
+	// then (devices throttled one by one, tier 1's overdraft) says
+	// nothing of a lower limit unless the origin took clearly less, and
+	// learning from them would lower the cap by the margin at every
+	// pause, for good. Nor does such a pause prolong the cap: it lapses
+	// rateFor after it was learnt, and the next pause learns afresh from
+	// what the origin takes uncapped.
+	if l.rate == 0 || r < l.rate*insensitive {
 		l.rate = max(r, 1)
 		l.tokens, l.tokAt = 0, now
+		l.rateUntil = now.Add(rateFor)
 	}
-	l.rateUntil = now.Add(rateFor)
 }
 
 func (l *lane) state(now time.Time) LaneState {

@@ -2,6 +2,7 @@ package pacing_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -334,4 +335,90 @@ func TestRateLapse(t *testing.T) {
 			g.slot.Done(ok)
 		}
 	})
+}
+
+// TestRateNoRatchet: a pause while a learnt rate is in force does not
+// learn a lower one from deliveries that the cap itself held down (else
+// every pause caused by devices throttled one by one would lower it by the
+// 5% margin, for good), and does not keep the cap beyond 30 s after it
+// was learnt: then it lapses, and the next pause learns from what the
+// origin takes uncapped.
+func TestRateNoRatchet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		// perSec deliveries a second for 10 s, then distinct subscriptions
+		// throttled until the origin is paused (above SenderWideRate of
+		// what was sent).
+		pause := func(perSec int, prefix string) {
+			before := countKind(h.rec.all(), "pause")
+			for i := range 10 {
+				if i > 0 {
+					h.clk.Advance(1 * s)
+				}
+				h.send(rep(perSec, ok)...)
+			}
+			h.clk.Advance(500 * time.Millisecond)
+			for i := 0; countKind(h.rec.all(), "pause") == before; i++ {
+				if i == 100 {
+					t.Fatalf("no pause after 100 throttled subscriptions: %v", h.rec.brief())
+				}
+				h.acquire(pacing.Request{Origin: origin, Sub: fmt.Sprintf("%s%d", prefix, i), Tier: tiers.Tier1}).Done(throttled)
+			}
+		}
+		pause(100, "a") // 0–9.5 s: learnt 95/s
+		h.clk.Advance(1 * s)
+		// 95 deliveries a second at the cap (tier 1 here), 855 in the 10 s
+		// the second pause looks at: 0.95 × 85.5 = 81/s is what the cap
+		// let through, not a lower limit.
+		pause(95, "b") // 10.5–20 s
+		synctest.Wait()
+		if pauses := countKind(h.rec.all(), "pause"); pauses != 2 {
+			t.Fatalf("%d pauses, want 2: %v", pauses, h.rec.brief())
+		}
+		h.clk.Advance(1 * s)
+		out := make(chan got, 500)
+		for range 200 {
+			h.spawn(context.Background(), "", h.req(tiers.Tier3, false), out)
+		}
+		synctest.Wait()
+		h.clk.Advance(1 * s)
+		// 95/s and the tokens saved during the pause; 81/s from scratch
+		// would grant about 81.
+		if granted := len(out); granted < 95 {
+			t.Errorf("tier-3 grants in a second after the second pause = %d, want 95 or more (the first rate kept); events %v", granted, h.rec.brief())
+		}
+		h.clk.Advance(2 * s) // the rest of the 200 at 95/s
+		for range 200 {
+			if g := next(t, out); g.slot != nil {
+				g.slot.Done(ok)
+			} else {
+				t.Fatal("a tier-3 request was deferred")
+			}
+		}
+		// 24 s now; at 41 s the rate learnt at 9.5 s has lapsed although
+		// the second pause came at 20 s: every tier-3 request goes at once.
+		h.clk.Advance(17 * s)
+		for range 250 {
+			h.spawn(context.Background(), "", h.req(tiers.Tier3, false), out)
+		}
+		synctest.Wait()
+		if granted := len(out); granted != 250 {
+			t.Errorf("tier-3 grants 31 s after the rate was learnt = %d, want all 250 (the cap lapsed)", granted)
+		}
+		for len(out) > 0 {
+			if g := next(t, out); g.slot != nil {
+				g.slot.Done(ok)
+			}
+		}
+	})
+}
+
+func countKind(evs []pacing.Event, kind string) int {
+	n := 0
+	for _, e := range evs {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
 }
