@@ -163,3 +163,25 @@ func TestFinishMetaDirty(t *testing.T) {
 		t.Fatalf("record behind the head finished: last %v, metaDirty %v; want nil, true", last, p.metaDirty)
 	}
 }
+
+// detach leaves nothing of the fetch behind: the copy shares no bytes
+// with the record it came from.
+func TestDetach(t *testing.T) {
+	buf := []byte("keyvaluehdr")
+	r := &kgo.Record{Topic: "push.tier1.retry-2s", Partition: 3, Offset: 7, Key: buf[0:3], Value: buf[3:8],
+		Headers: []kgo.RecordHeader{{Key: "push-due", Value: buf[8:11]}, {Key: "empty"}}}
+	c := detach(r)
+	for i := range buf {
+		buf[i] = 'x'
+	}
+	if string(c.Key) != "key" || string(c.Value) != "value" || string(c.Headers[0].Value) != "hdr" || c.Headers[1].Value != nil {
+		t.Fatalf("copy changed with the fetch buffer: key %q value %q headers %v", c.Key, c.Value, c.Headers)
+	}
+	if c.Topic != r.Topic || c.Partition != r.Partition || c.Offset != r.Offset {
+		t.Fatalf("copy lost its position: %s/%d@%d", c.Topic, c.Partition, c.Offset)
+	}
+	c.Key = append(c.Key, '!')
+	if string(c.Value) != "value" {
+		t.Fatalf("appending to the key overwrote the value: %q", c.Value)
+	}
+}

@@ -384,22 +384,26 @@ func (p *Processor) accept(ftp kgo.FetchTopicPartition) {
 	}
 	var queued int64
 	for _, r := range ftp.Records {
-		t := ps.track(r, now)
 		if ps.skip(r.Offset) {
 			// Finished by the partition's previous owner after its last
 			// committed offset (checkpoint.go): sent and routed already.
 			p.stats.skipped.Add(1)
-			if last := ps.finish(t); last != nil {
+			if last := ps.finish(ps.track(r, now)); last != nil {
 				p.cl.MarkCommitRecords(last)
 			}
 			continue
 		}
 		if !ps.src.Retry {
 			queued++
-			ps.ready = append(ps.ready, t)
+			ps.ready = append(ps.ready, ps.track(r, now))
 			continue
 		}
-		t.due = dueOf(r, now)
+		due := dueOf(r, now)
+		if due.After(now) {
+			r = detach(r)
+		}
+		t := ps.track(r, now)
+		t.due = due
 		ps.hold(t) // the dispatcher releases what is due already
 	}
 	if ps.src.Retry {
@@ -409,6 +413,32 @@ func (p *Processor) accept(ftp kgo.FetchTopicPartition) {
 	}
 	ps.mu.Unlock()
 	ps.notify()
+}
+
+// detach copies a record that will be held until due out of its fetch:
+// kgo decodes a batch into one slice of records over one decompressed
+// buffer, and one record kept for a minute would keep all of both alive.
+func detach(r *kgo.Record) *kgo.Record {
+	c := *r
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Value)
+	}
+	buf := make([]byte, 0, n)
+	carve := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		i := len(buf)
+		buf = append(buf, b...)
+		return buf[i:len(buf):len(buf)]
+	}
+	c.Key, c.Value = carve(r.Key), carve(r.Value)
+	c.Headers = make([]kgo.RecordHeader, len(r.Headers))
+	for i, h := range r.Headers {
+		c.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: carve(h.Value)}
+	}
+	return &c
 }
 
 // dueOf reads push-due; a record without a readable one is due now, and the
