@@ -261,18 +261,10 @@ func TestHaltedWaiters(t *testing.T) {
 func TestRateAfterPause(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, nil)
-		for i := range 10 { // 10 deliveries a second, 0 s to 9 s
-			if i > 0 {
-				h.clk.Advance(1 * s)
-			}
-			h.send(rep(10, ok)...)
-		}
-		h.clk.Advance(500 * time.Millisecond)
-		// Six, so that the throttled share (6 of 106) is above
-		// SenderWideRate.
-		for _, sub := range []string{"a", "b", "c", "d", "e", "f"} {
-			h.acquire(pacing.Request{Origin: origin, Sub: sub, Tier: tiers.Tier1}).Done(throttled)
-		} // paused 9.5 s to 10.5 s; learnt: 95% of 100 in 10 s
+		// 10 deliveries a second, 0 s to 9 s; six throttled at 9.5 s, so
+		// that the throttled share (6 of 106) is above SenderWideRate:
+		// paused 9.5 s to 10.5 s; learnt: 95% of 100 in 10 s.
+		pauseAfter(t, h, 10, "")
 		h.clk.Advance(1 * s)
 
 		out := make(chan got, 20)
@@ -307,16 +299,7 @@ func TestRateAfterPause(t *testing.T) {
 func TestRateLapse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, nil)
-		for i := range 10 {
-			if i > 0 {
-				h.clk.Advance(1 * s)
-			}
-			h.send(rep(10, ok)...)
-		}
-		h.clk.Advance(500 * time.Millisecond)
-		for _, sub := range []string{"a", "b", "c", "d", "e", "f"} {
-			h.acquire(pacing.Request{Origin: origin, Sub: sub, Tier: tiers.Tier1}).Done(throttled)
-		}
+		pauseAfter(t, h, 10, "")
 		h.clk.Advance(1 * s)
 		// Tier 1 overdraws the tokens.
 		for range 5 {
@@ -346,31 +329,12 @@ func TestRateLapse(t *testing.T) {
 func TestRateNoRatchet(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, nil)
-		// perSec deliveries a second for 10 s, then distinct subscriptions
-		// throttled until the origin is paused (above SenderWideRate of
-		// what was sent).
-		pause := func(perSec int, prefix string) {
-			before := countKind(h.rec.all(), "pause")
-			for i := range 10 {
-				if i > 0 {
-					h.clk.Advance(1 * s)
-				}
-				h.send(rep(perSec, ok)...)
-			}
-			h.clk.Advance(500 * time.Millisecond)
-			for i := 0; countKind(h.rec.all(), "pause") == before; i++ {
-				if i == 100 {
-					t.Fatalf("no pause after 100 throttled subscriptions: %v", h.rec.brief())
-				}
-				h.acquire(pacing.Request{Origin: origin, Sub: fmt.Sprintf("%s%d", prefix, i), Tier: tiers.Tier1}).Done(throttled)
-			}
-		}
-		pause(100, "a") // 0–9.5 s: learnt 95/s
+		pauseAfter(t, h, 100, "a") // 0–9.5 s: learnt 95/s
 		h.clk.Advance(1 * s)
 		// 95 deliveries a second at the cap (tier 1 here), 855 in the 10 s
 		// the second pause looks at: 0.95 × 85.5 = 81/s is what the cap
 		// let through, not a lower limit.
-		pause(95, "b") // 10.5–20 s
+		pauseAfter(t, h, 95, "b") // 10.5–20 s
 		synctest.Wait()
 		if pauses := countKind(h.rec.all(), "pause"); pauses != 2 {
 			t.Fatalf("%d pauses, want 2: %v", pauses, h.rec.brief())
@@ -421,4 +385,25 @@ func countKind(evs []pacing.Event, kind string) int {
 		}
 	}
 	return n
+}
+
+// pauseAfter sends perSec deliveries a second for 10 s (tier 1), then
+// throttles distinct subscriptions (prefix0, prefix1, …) until the origin
+// is paused: the sender-wide rule, which learns a rate from those 10 s.
+func pauseAfter(t *testing.T, h *harness, perSec int, prefix string) {
+	t.Helper()
+	for i := range 10 {
+		if i > 0 {
+			h.clk.Advance(1 * s)
+		}
+		h.send(rep(perSec, ok)...)
+	}
+	h.clk.Advance(500 * time.Millisecond)
+	before := countKind(h.rec.all(), "pause")
+	for i := 0; countKind(h.rec.all(), "pause") == before; i++ {
+		if i == 100 {
+			t.Fatalf("no pause after 100 throttled subscriptions: %v", h.rec.brief())
+		}
+		h.acquire(pacing.Request{Origin: origin, Sub: fmt.Sprintf("%s%d", prefix, i), Tier: tiers.Tier1}).Done(throttled)
+	}
 }
