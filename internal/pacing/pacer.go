@@ -361,7 +361,8 @@ func (l *lane) oldestLocked() time.Time {
 // as none: after a cut the share stayed between 0.8× and 1.25× of itself.
 const insensitive = 0.8
 
-// rateFor is how long a learnt rate cap lasts.
+// rateFor is how long a learnt rate cap lasts from the pause that first
+// taught it.
 const rateFor = 30 * time.Second
 
 // maxHold is the longest pause tier-1 requests wait out in memory rather
@@ -852,17 +853,18 @@ func (l *lane) learnRateLocked(now time.Time) {
 		return
 	}
 	r := 0.95 * float64(ok) / float64(secs)
-	// Under a cap the deliveries are what the cap let through: a pause
-	// then (devices throttled one by one, tier 1's overdraft) says
-	// nothing of a lower limit unless the origin took clearly less, and
-	// learning from them would lower the cap by the margin at every
-	// pause, for good. Nor does such a pause prolong the cap: it lapses
-	// rateFor after it was learnt, and the next pause learns afresh from
-	// what the origin takes uncapped.
-	if l.rate == 0 || r < l.rate*insensitive {
+	// A cap lasts rateFor from the pause that first taught it. Later
+	// pauses may lower it but do not prolong it: under a cap the
+	// deliveries are what the cap let through, so a pause caused by
+	// devices throttled one by one would otherwise lower and renew it at
+	// every turn, for good. When it lapses, the next pause learns afresh
+	// from what the origin takes uncapped.
+	if l.rate == 0 {
+		l.rateUntil = now.Add(rateFor)
+	}
+	if l.rate == 0 || r < l.rate {
 		l.rate = max(r, 1)
 		l.tokens, l.tokAt = 0, now
-		l.rateUntil = now.Add(rateFor)
 	}
 }
 
