@@ -222,6 +222,11 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 		// progress returns: kgo's 5 s default would make retries that
 		// late. Keep it under Prefetch.
 		kgo.FetchMaxWait(min(200*time.Millisecond, cfg.Prefetch)),
+		// A retry partition's fetch is held in memory until its records
+		// are due: 256 KiB of batches a partition at a time (kgo's default
+		// is 1 MiB) keeps a ladder of a hundred partitions in bounds. The
+		// tier topics still fetch MBs a second across their partitions.
+		kgo.FetchMaxPartitionBytes(256<<10),
 		kgo.OnPartitionsAssigned(p.onAssigned),
 		kgo.OnPartitionsRevoked(p.onRevoked),
 		kgo.OnPartitionsLost(p.onLost),
