@@ -190,6 +190,7 @@ func (c *cluster) check(t *testing.T, evs []*event) tally {
 	}
 	type kindStat struct {
 		n, maxAttempts      int
+		dups                int // 201 answers beyond the first
 		maxLatency, maxSpan time.Duration
 	}
 	byKind := make(map[string]*kindStat)
@@ -204,6 +205,7 @@ func (c *cluster) check(t *testing.T, evs []*event) tally {
 			byKind[e.kind.name] = ks
 		}
 		ks.n++
+		ks.dups += max(sent[e.id]-1, 0)
 		ks.maxAttempts = max(ks.maxAttempts, recs[0].Attempts)
 		ks.maxLatency = max(ks.maxLatency, time.Duration(recs[0].LatencyMS)*time.Millisecond)
 		if recs[0].FirstSeen > 0 {
@@ -213,8 +215,8 @@ func (c *cluster) check(t *testing.T, evs []*event) tally {
 	var parts []string
 	for _, k := range []kind{kindOK, kind503Once, kind429, kind410, kindAlways500, kindMalformed} {
 		if ks := byKind[k.name]; ks != nil {
-			parts = append(parts, fmt.Sprintf("%s %d (≤%d attempts, latency_ms ≤%s, at−first_seen ≤%s)",
-				k.name, ks.n, ks.maxAttempts, ks.maxLatency.Round(100*time.Millisecond), ks.maxSpan.Round(100*time.Millisecond)))
+			parts = append(parts, fmt.Sprintf("%s %d (%d duplicates, ≤%d attempts, latency_ms ≤%s, at−first_seen ≤%s)",
+				k.name, ks.n, ks.dups, ks.maxAttempts, ks.maxLatency.Round(100*time.Millisecond), ks.maxSpan.Round(100*time.Millisecond)))
 		}
 	}
 	t.Logf("ledger by kind: %s", strings.Join(parts, "; "))
