@@ -55,24 +55,11 @@ func scenarioNamed(name string, cfg config) scenario {
 	panic("unknown scenario " + name) // Validate lets none through
 }
 
-// ledgerMix is the failure mix of the ledger test (internal/pipeline): 10%
-// 503 once, 5% 429 with Retry-After 5, 3% 410, 2% always 500, 1% malformed,
-// the rest delivered at once; each kind spread over its hundred (37 is
-// prime to 100): one kind in a row looks like an outage.
+// ledgerMix is the failure mix of the ledger test (pushsim.LedgerMix): the
+// simulator's script for event i and whether the event is malformed.
 func ledgerMix(i int) ([]pushsim.Response, bool) {
-	switch r := i * 37 % 100; {
-	case r < 10:
-		return []pushsim.Response{{Status: 503}}, false
-	case r < 15:
-		return []pushsim.Response{{Status: 429, RetryAfter: "5"}}, false
-	case r < 18:
-		return []pushsim.Response{{Status: 410, Repeat: true}}, false
-	case r < 20:
-		return []pushsim.Response{{Status: 500, Repeat: true}}, false
-	case r < 21:
-		return nil, true
-	}
-	return nil, false
+	k := pushsim.LedgerMix(i)
+	return k.Script, k.Malformed
 }
 
 // tierOf spreads events like the dev workload: 20% tier1, 30% tier2, 50%

@@ -17,33 +17,10 @@ import (
 )
 
 // mixCase is one kind of event in the ledger workload.
-type mixCase struct {
-	name      string
-	script    []pushsim.Response
-	malformed bool
-	outcome   topology.Outcome
-	reason    topology.Reason
-}
+type mixCase = pushsim.MixKind
 
-// ledgerMix returns the failure mix of event i: 10% 503 once, 5% 429 with
-// Retry-After, 3% 410, 2% always 500, 1% malformed, the rest delivered —
-// in every hundred events, spread over them (37 is prime to 100): failures
-// of one kind in a row would look like an outage or a sender-wide limit.
-func ledgerMix(i int) mixCase {
-	switch r := i * 37 % 100; {
-	case r < 10:
-		return mixCase{name: "503-once", script: []pushsim.Response{{Status: 503}}, outcome: topology.OutcomeDelivered, reason: topology.ReasonDelivered}
-	case r < 15:
-		return mixCase{name: "429-retry-after", script: []pushsim.Response{{Status: 429, RetryAfter: "5"}}, outcome: topology.OutcomeDelivered, reason: topology.ReasonDelivered}
-	case r < 18:
-		return mixCase{name: "410", script: []pushsim.Response{{Status: 410, Repeat: true}}, outcome: topology.OutcomeGone, reason: topology.ReasonGone}
-	case r < 20:
-		return mixCase{name: "always-500", script: []pushsim.Response{{Status: 500, Repeat: true}}, outcome: topology.OutcomeDead, reason: topology.ReasonMaxAttempts}
-	case r < 21:
-		return mixCase{name: "malformed", malformed: true, outcome: topology.OutcomeDead, reason: topology.ReasonInvalidEvent}
-	}
-	return mixCase{name: "ok", outcome: topology.OutcomeDelivered, reason: topology.ReasonDelivered}
-}
+// ledgerMix returns the failure mix of event i (pushsim.LedgerMix).
+func ledgerMix(i int) mixCase { return pushsim.LedgerMix(i) }
 
 func TestLedger(t *testing.T) {
 	const n = 2000
@@ -61,8 +38,8 @@ func TestLedger(t *testing.T) {
 		for i := range n {
 			c := ledgerMix(i)
 			id := fmt.Sprintf("evt-%04d", i)
-			sub := env.Sim.Subscribe(c.script...)
-			if c.malformed {
+			sub := env.Sim.Subscribe(c.Script...)
+			if c.Malformed {
 				sub.Auth = sub.Auth[:16] // 12 bytes
 			}
 			payload := fmt.Sprintf(`{"n":%d,"id":%q}`, i, id)
@@ -91,11 +68,11 @@ func checkLedger(t *testing.T, env *testenv.Env, n int, cases map[string]mixCase
 	for id, c := range cases {
 		outs := got[id]
 		if len(outs) != 1 {
-			t.Errorf("%s (%s): %d outcome records, want exactly 1", id, c.name, len(outs))
+			t.Errorf("%s (%s): %d outcome records, want exactly 1", id, c.Name, len(outs))
 			continue
 		}
-		if o := outs[0]; topology.Outcome(o.Outcome) != c.outcome || topology.Reason(o.Reason) != c.reason {
-			t.Errorf("%s (%s): outcome %s/%s, want %s/%s", id, c.name, o.Outcome, o.Reason, c.outcome, c.reason)
+		if o := outs[0]; topology.Outcome(o.Outcome) != c.Outcome || topology.Reason(o.Reason) != c.Reason {
+			t.Errorf("%s (%s): outcome %s/%s, want %s/%s", id, c.Name, o.Outcome, o.Reason, c.Outcome, c.Reason)
 		}
 	}
 	if len(got) != n {

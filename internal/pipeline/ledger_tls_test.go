@@ -37,8 +37,8 @@ func TestLedgerTLSSCRAM(t *testing.T) {
 		for i := range n {
 			c := ledgerMix(i)
 			id := fmt.Sprintf("evt-%04d", i)
-			sub := env.Sim.Subscribe(c.script...)
-			if c.malformed {
+			sub := env.Sim.Subscribe(c.Script...)
+			if c.Malformed {
 				sub.Auth = sub.Auth[:16] // 12 bytes
 			}
 			payload := fmt.Sprintf(`{"n":%d,"id":%q}`, i, id)

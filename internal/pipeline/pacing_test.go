@@ -237,8 +237,8 @@ func TestPerDeviceThrottling(t *testing.T) {
 		var recs []*kgo.Record
 		for i := range n {
 			c := ledgerMix(i)
-			sub := env.Sim.Subscribe(c.script...)
-			if c.malformed {
+			sub := env.Sim.Subscribe(c.Script...)
+			if c.Malformed {
 				sub.Auth = sub.Auth[:16]
 			}
 			recs = append(recs, &kgo.Record{Topic: env.Names.Tier(tiers.All[i%3]), Key: []byte(sub.ID),

@@ -128,11 +128,11 @@ func TestRedaction(t *testing.T) {
 		}
 		for i := range n {
 			c := ledgerMix(i)
-			sub := env.Sim.Subscribe(c.script...)
-			if c.malformed {
+			sub := env.Sim.Subscribe(c.Script...)
+			if c.Malformed {
 				sub.Auth = sub.Auth[:16]
 			}
-			produce(fmt.Sprintf("event %d (%s)", i, c.name), sub, fmt.Sprintf("secret-payload-%d-%s", i, sub.ID), nil)
+			produce(fmt.Sprintf("event %d (%s)", i, c.Name), sub, fmt.Sprintf("secret-payload-%d-%s", i, sub.ID), nil)
 		}
 		for _, st := range []int{403, 413, 404} {
 			sub := env.Sim.Subscribe(pushsim.Response{Status: st})

@@ -892,7 +892,7 @@ func (c *cluster) explain(ctx context.Context, evs []*event) {
 		}
 	}
 	for _, e := range evs {
-		t.Logf("explain %s (%s, %s, key %s): push service answered [%s]; records:\n%s", e.id, e.kind.name, e.tier, e.rec.Key,
+		t.Logf("explain %s (%s, %s, key %s): push service answered [%s]; records:\n%s", e.id, e.kind.Name, e.tier, e.rec.Key,
 			strings.Join(answers[string(e.rec.Key)], ", "), strings.Join(lines[e], "\n"))
 	}
 	if lag, err := c.lagged(ctx); err == nil {

@@ -447,7 +447,7 @@ func scenarioPushOutage(t *testing.T) row {
 	tl := c.check(t, evs)
 	var last time.Time
 	for _, e := range evs {
-		if e.kind.outcome == kindOK.outcome {
+		if e.kind.Outcome == pushsim.MixOK.Outcome {
 			if at := c.ledger.first(e.id); at.After(last) {
 				last = at
 			}

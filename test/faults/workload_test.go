@@ -15,44 +15,8 @@ import (
 	"github.com/tierpush/tierpush/topology"
 )
 
-// kind is one row of the ledger failure mix.
-type kind struct {
-	name    string
-	script  []pushsim.Response
-	bad     bool // malformed: a 12-byte auth secret
-	outcome topology.Outcome
-	reason  topology.Reason
-}
-
-var (
-	kindOK        = kind{name: "ok", outcome: topology.OutcomeDelivered, reason: topology.ReasonDelivered}
-	kind503Once   = kind{name: "503-once", script: []pushsim.Response{{Status: 503}}, outcome: topology.OutcomeDelivered, reason: topology.ReasonDelivered}
-	kind429       = kind{name: "429-retry-after", script: []pushsim.Response{{Status: 429, RetryAfter: "5"}}, outcome: topology.OutcomeDelivered, reason: topology.ReasonDelivered}
-	kind410       = kind{name: "410", script: []pushsim.Response{{Status: 410, Repeat: true}}, outcome: topology.OutcomeGone, reason: topology.ReasonGone}
-	kindAlways500 = kind{name: "always-500", script: []pushsim.Response{{Status: 500, Repeat: true}}, outcome: topology.OutcomeDead, reason: topology.ReasonMaxAttempts}
-	kindMalformed = kind{name: "malformed", bad: true, outcome: topology.OutcomeDead, reason: topology.ReasonInvalidEvent}
-)
-
-// ledgerMix is the failure mix of the pipeline's ledger test, by event
-// number: 10% 503 once, 5% 429 with Retry-After 5, 3% 410, 2% always 500,
-// 1% malformed, 79% delivered at once.
-func ledgerMix(i int) kind {
-	// Each kind spread over its hundred (37 is prime to 100), as in the
-	// pipeline's ledger test: one kind in a row looks like an outage.
-	switch r := i * 37 % 100; {
-	case r < 10:
-		return kind503Once
-	case r < 15:
-		return kind429
-	case r < 18:
-		return kind410
-	case r < 20:
-		return kindAlways500
-	case r < 21:
-		return kindMalformed
-	}
-	return kindOK
-}
+// kind is one row of the ledger failure mix (pushsim.LedgerMix).
+type kind = pushsim.MixKind
 
 // event is one produced event; its payload is its id, so the simulator's
 // decrypted payloads count the sends of each event.
@@ -68,10 +32,10 @@ type event struct {
 func (c *cluster) mix(prefix string, n int) []*event {
 	evs := make([]*event, n)
 	for i := range n {
-		k := ledgerMix(i)
+		k := pushsim.LedgerMix(i)
 		id := fmt.Sprintf("%s-%05d", prefix, i)
-		sub := c.sim.Subscribe(k.script...)
-		if k.bad {
+		sub := c.sim.Subscribe(k.Script...)
+		if k.Malformed {
 			sub.Auth = sub.Auth[:16] // 12 bytes
 		}
 		t := tiers.All[i%len(tiers.All)]
@@ -166,12 +130,12 @@ func (c *cluster) check(t *testing.T, evs []*event) tally {
 		case len(recs) == 0:
 			tl.lost++
 			bad = append(bad, e)
-			report("%s (%s, %s): no terminal record in %s", e.id, e.kind.name, e.tier, names.Outcomes())
+			report("%s (%s, %s): no terminal record in %s", e.id, e.kind.Name, e.tier, names.Outcomes())
 			continue
-		case e.kind.outcome == topology.OutcomeDelivered && n == 0:
+		case e.kind.Outcome == topology.OutcomeDelivered && n == 0:
 			tl.lost++
 			bad = append(bad, e)
-			report("%s (%s, %s): ledger says %s but the push service never got it", e.id, e.kind.name, e.tier, recs[0].Outcome)
+			report("%s (%s, %s): ledger says %s but the push service never got it", e.id, e.kind.Name, e.tier, recs[0].Outcome)
 			continue
 		}
 		tl.dupOutcomes += len(recs) - 1
@@ -179,11 +143,11 @@ func (c *cluster) check(t *testing.T, evs []*event) tally {
 			dup = append(dup, e)
 		}
 		for _, r := range recs {
-			if topology.Outcome(r.Outcome) != e.kind.outcome || topology.Reason(r.Reason) != e.kind.reason {
+			if topology.Outcome(r.Outcome) != e.kind.Outcome || topology.Reason(r.Reason) != e.kind.Reason {
 				tl.wrong++
 				bad = append(bad, e)
 				report("%s (%s, %s): outcome %s/%s after %d attempts (status %d), want %s/%s",
-					e.id, e.kind.name, e.tier, r.Outcome, r.Reason, r.Attempts, r.Status, e.kind.outcome, e.kind.reason)
+					e.id, e.kind.Name, e.tier, r.Outcome, r.Reason, r.Attempts, r.Status, e.kind.Outcome, e.kind.Reason)
 				break
 			}
 		}
@@ -199,10 +163,10 @@ func (c *cluster) check(t *testing.T, evs []*event) tally {
 		if len(recs) == 0 {
 			continue
 		}
-		ks := byKind[e.kind.name]
+		ks := byKind[e.kind.Name]
 		if ks == nil {
 			ks = new(kindStat)
-			byKind[e.kind.name] = ks
+			byKind[e.kind.Name] = ks
 		}
 		ks.n++
 		ks.dups += max(sent[e.id]-1, 0)
@@ -213,10 +177,10 @@ func (c *cluster) check(t *testing.T, evs []*event) tally {
 		}
 	}
 	var parts []string
-	for _, k := range []kind{kindOK, kind503Once, kind429, kind410, kindAlways500, kindMalformed} {
-		if ks := byKind[k.name]; ks != nil {
+	for _, k := range pushsim.MixKinds {
+		if ks := byKind[k.Name]; ks != nil {
 			parts = append(parts, fmt.Sprintf("%s %d (%d duplicates, ≤%d attempts, latency_ms ≤%s, at−first_seen ≤%s)",
-				k.name, ks.n, ks.dups, ks.maxAttempts, ks.maxLatency.Round(100*time.Millisecond), ks.maxSpan.Round(100*time.Millisecond)))
+				k.Name, ks.n, ks.dups, ks.maxAttempts, ks.maxLatency.Round(100*time.Millisecond), ks.maxSpan.Round(100*time.Millisecond)))
 		}
 	}
 	t.Logf("ledger by kind: %s", strings.Join(parts, "; "))
