@@ -48,11 +48,12 @@ var (
 	fixedTaken = make(map[int]bool)
 )
 
-// fixedAddr returns a loopback address nobody uses right now, on a port
-// below the ephemeral range, for a listener that must be opened again on
-// the same port (the broker's and the push simulator's): no outgoing
-// connection can take it meanwhile.
-func fixedAddr(t *testing.T) string {
+// fixedListener listens on a loopback port below the ephemeral range, for
+// a listener that must be opened again on the same port (the push
+// simulator's): no outgoing connection can take it meanwhile. It keeps the
+// listener it probed with, so nothing can take the port between the probe
+// and the use.
+func fixedListener(t *testing.T) net.Listener {
 	t.Helper()
 	fixedMu.Lock()
 	defer fixedMu.Unlock()
@@ -65,12 +66,20 @@ func fixedAddr(t *testing.T) string {
 		if err != nil {
 			continue
 		}
-		ln.Close()
 		fixedTaken[port] = true
-		return ln.Addr().String()
+		return ln
 	}
 	t.Fatal("no free port in 20000..31999")
-	return ""
+	return nil
+}
+
+// fixedAddr is fixedListener's address, closed, for a listener another
+// process opens (the broker's, started again on the same port).
+func fixedAddr(t *testing.T) string {
+	t.Helper()
+	ln := fixedListener(t)
+	ln.Close()
+	return ln.Addr().String()
 }
 
 // freeAddr returns a loopback address nobody listens on right now.
@@ -335,10 +344,7 @@ func newCluster(ctx context.Context, t *testing.T, o clusterOpts) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", fixedAddr(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := fixedListener(t)
 	c.simLn = pushsim.NewOutageListener(ln)
 	c.simAddr = ln.Addr().String()
 	go c.sim.Serve(c.simLn)
