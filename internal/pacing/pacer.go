@@ -243,8 +243,7 @@ type lane struct {
 	// throttled the sender: what it was seen to sustain, less 5%, so tier 1
 	// finds room without a 429. 0 = no cap.
 	rate      float64
-	rateUntil time.Time // when the cap lapses
-	liftedAt  time.Time // when the last cap lapsed
+	rateUntil time.Time // when the cap lapses unless a pause renews it
 	tokens    float64
 	tokAt     time.Time
 	timer     *time.Timer // wakes waiters at the end of a pause or for a token
@@ -373,12 +372,11 @@ const maxHold = 2 * time.Second
 // refillLocked adds the tokens earned since the last refill.
 func (l *lane) refillLocked(now time.Time) {
 	if l.rate > 0 && !now.Before(l.rateUntil) {
-		// Lift it, and let the next pause, if the origin still limits
-		// us, teach it again. A cap learnt from a poor sample (per-device
-		// 429s, the first second of a lane) would otherwise hold the
-		// lower tiers back for good.
+		// No pause renewed it: lift it, and let the next pause, if the
+		// origin still limits us, teach it again. A cap learnt from a
+		// poor sample (per-device 429s, the first second of a lane)
+		// would otherwise hold the lower tiers back for good.
 		l.rate = 0
-		l.liftedAt = now
 	}
 	if l.rate == 0 {
 		return
@@ -828,7 +826,6 @@ func (l *lane) senderWideLocked(p *Pacer, sub string, retryAfter time.Duration, 
 	}
 	until := now.Add(max(retryAfter, l.cfg.DefaultPause))
 	if until.After(l.paused) {
-		lastEnd := l.paused
 		if !now.Before(l.paused) {
 			l.pausedAt = now // a new pause, not one made longer
 		}
@@ -836,26 +833,18 @@ func (l *lane) senderWideLocked(p *Pacer, sub string, retryAfter time.Duration, 
 		// What is in flight now will be throttled too; it is not new
 		// evidence. What was judged so far stays.
 		l.judgeFrom = now
-		l.learnRateLocked(now, lastEnd)
+		l.learnRateLocked(now)
 		p.observe(Event{At: now, Origin: l.origin, Kind: "pause", Limit: l.limitInt(), Until: until})
 	}
 }
 
 // learnRateLocked caps the lower tiers at 95% of the deliveries per
 // second the origin sustained over the last 10 s: the sender limit it just
-// signalled, with room left for tier 1. The cap lasts rateFor. Only whole
-// seconds count in which nothing held the sends back: none during or
-// before the last pause (which ended at lastEnd), none before a lapsed cap
-// was lifted; else a cap would learn from what it or a pause let through,
-// and only ever go down.
-func (l *lane) learnRateLocked(now, lastEnd time.Time) {
-	from := max(now.Unix()-10, lastEnd.Unix())
-	if l.rate == 0 && !l.liftedAt.IsZero() {
-		from = max(from, l.liftedAt.Unix())
-	}
+// signalled, with room left for tier 1. The cap lasts rateFor.
+func (l *lane) learnRateLocked(now time.Time) {
 	ok, secs := 0, 0
 	for _, b := range l.buckets {
-		if b.sec > from && b.sec < now.Unix() {
+		if b.sec > now.Unix()-10 && b.sec <= now.Unix() {
 			ok += b.ok
 			secs++
 		}
