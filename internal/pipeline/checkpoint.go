@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
-	"slices"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -154,13 +154,14 @@ func (p *partition) skip(o int64) bool {
 // an offset commit request. kgo calls it just before it sends any commit
 // (autocommits, commits on revoke and shutdown): see New.
 func (p *Processor) annotateCommit(req *kmsg.OffsetCommitRequest) error {
+	p.mu.Lock()
+	parts := maps.Clone(p.parts)
+	p.mu.Unlock()
 	for i := range req.Topics {
 		rt := &req.Topics[i]
 		for j := range rt.Partitions {
 			rp := &rt.Partitions[j]
-			p.mu.Lock()
-			ps := p.parts[topicPart{rt.Topic, rp.Partition}]
-			p.mu.Unlock()
+			ps := parts[topicPart{rt.Topic, rp.Partition}]
 			if ps == nil {
 				continue
 			}
@@ -231,7 +232,6 @@ func (p *Processor) loadFinished(ctx context.Context, cl *kgo.Client, m map[stri
 	for t := range m {
 		topics = append(topics, t)
 	}
-	slices.Sort(topics)
 	resps, err := kadm.NewClient(cl).FetchOffsetsForTopics(ctx, p.cfg.Group, topics...)
 	if err != nil {
 		p.log.Warn("reading committed offsets on assignment; finished records after them will be sent again", "err", err)
