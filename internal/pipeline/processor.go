@@ -464,9 +464,9 @@ func dueOf(r *kgo.Record, now time.Time) time.Time {
 // scheduleLocked pauses fetching the retry partition while what it holds
 // reaches further than Prefetch plus the step's jitter span, or while
 // MaxInFlight of its records are due and wait for a slot, and resumes it
-// otherwise. It returns when the
-// dispatcher must look again: the head is due, or it is time to fetch what
-// follows the last held record; ok is false when nothing is held.
+// otherwise. It returns when the dispatcher must look again: the head is
+// due, or it is time to fetch what follows the last held record; ok is
+// false when nothing is held.
 // ps.mu must be held.
 func (p *Processor) scheduleLocked(ps *partition, now time.Time) (next time.Time, ok bool) {
 	// A record after the last one held is due at least that one's due
