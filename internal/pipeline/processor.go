@@ -126,10 +126,12 @@ type Processor struct {
 	kt     *kotel.Tracer // nil: no tracing
 	tracer trace.Tracer
 
-	window chan struct{}  // one token per record in flight
-	queued atomic.Int64   // tier records consumed, waiting for a slot
-	room   chan struct{}  // capacity 1: queued went below MaxInFlight
-	wg     sync.WaitGroup // partition dispatchers and record handlers
+	window *window         // one slot per record in flight
+	queued [3]atomic.Int64 // per tier: records consumed, waiting for a slot
+	room   chan struct{}   // capacity 1: a tier's queued went below MaxInFlight
+	// tiersPaused: Run paused the tier topic (pollFor); Run's alone.
+	tiersPaused [3]bool
+	wg          sync.WaitGroup // partition dispatchers and record handlers
 
 	mu    sync.Mutex
 	parts map[topicPart]*partition
@@ -192,7 +194,7 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 		log:        log,
 		sender:     sender,
 		signer:     signer,
-		window:     make(chan struct{}, cfg.MaxInFlight),
+		window:     newWindow(cfg.MaxInFlight, cfg.Pacing.Weights),
 		room:       make(chan struct{}, 1),
 		parts:      make(map[topicPart]*partition),
 		tombstones: tomb,
@@ -261,17 +263,22 @@ func (p *Processor) Ready() bool { return p.joined.Load() && !p.draining.Load() 
 // records of a poll are tracked by their partitions before AllowRebalance,
 // so a revoke always finds them, and no poll can hand over records of a
 // partition already given up. Tracking never waits: each partition's
-// dispatcher starts its records as window slots free, and Run waits for
-// room before polling instead.
+// dispatcher starts its records as window slots free, and Run stops
+// fetching the tier topics while enough of their records wait (pollFor).
 func (p *Processor) Run(ctx context.Context) error {
 	defer p.cl.Close()
 	p.wg.Add(1)
 	go p.commitFinished(ctx)
+	tierTopics := make([]string, 0, len(tiers.All))
+	for _, t := range tiers.All {
+		tierTopics = append(tierTopics, p.cfg.Names.Tier(t))
+	}
 	for {
-		p.waitRoom(ctx)
+		pctx, stop := p.pollFor(ctx, tierTopics)
 		// With ctx done this returns at once, still blocking rebalances:
 		// drain then runs with no revoke beside it.
-		fs := p.cl.PollRecords(ctx, 4096)
+		fs := p.cl.PollRecords(pctx, 4096)
+		stop()
 		if fs.IsClientClosed() || ctx.Err() != nil {
 			break
 		}
@@ -288,26 +295,58 @@ func (p *Processor) Run(ctx context.Context) error {
 	return err
 }
 
-// waitRoom returns once fewer than MaxInFlight tier records wait for a
-// window slot, or ctx is done: the records consumed but not started stay
-// bounded, as when Run itself waited for each slot. Retry records do not
-// count: their partitions pause instead while they hold records due later
-// or MaxInFlight records due (scheduleLocked), so that a ladder holding a
-// minute's worth, or a burst of retries coming due, holds back neither the
-// tier topics nor another ladder.
-func (p *Processor) waitRoom(ctx context.Context) {
-	for p.queued.Load() >= int64(p.cfg.MaxInFlight) {
-		select {
-		case <-p.room:
-		case <-ctx.Done():
-			return
+// pollFor returns the context of the next poll. A tier topic is paused
+// while MaxInFlight of its records wait for a window slot, so the records
+// consumed but not started stay bounded, and the poll ends as soon as they
+// fall below it, to resume it. The other tiers and the retry topics are
+// polled all along: tier 1's records are read while a backlog of tier 3
+// waits, and a ladder's records come due while first attempts wait; both
+// go ahead of it (window). Waiting to poll instead kept them unread until
+// the backlog was gone. Pausing drops what the client has buffered of a
+// topic; it fetches that again on resume.
+func (p *Processor) pollFor(ctx context.Context, tierTopics []string) (context.Context, func()) {
+	full := func(i int) bool { return p.queued[i].Load() >= int64(p.cfg.MaxInFlight) }
+	paused := false
+	for i, topic := range tierTopics {
+		switch {
+		case full(i) && !p.tiersPaused[i]:
+			p.cl.PauseFetchTopics(topic)
+		case !full(i) && p.tiersPaused[i]:
+			p.cl.ResumeFetchTopics(topic)
 		}
+		p.tiersPaused[i] = full(i)
+		paused = paused || p.tiersPaused[i]
 	}
+	if !paused {
+		return ctx, func() {}
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	watch := p.tiersPaused
+	go func() {
+		defer close(done)
+		for {
+			for i := range tierTopics {
+				if watch[i] && !full(i) {
+					cancel()
+					return
+				}
+			}
+			select {
+			case <-p.room:
+			case <-pctx.Done():
+				return
+			}
+		}
+	}()
+	// Waiting for the watcher keeps it from taking a wake-up meant for
+	// the next one.
+	return pctx, func() { cancel(); <-done }
 }
 
-// unqueue counts n tier records that no longer wait for a slot.
-func (p *Processor) unqueue(n int) {
-	if n > 0 && p.queued.Add(-int64(n)) < int64(p.cfg.MaxInFlight) {
+// unqueue counts n records of tier index ti that no longer wait for a slot.
+func (p *Processor) unqueue(ti, n int) {
+	if n > 0 && p.queued[ti].Add(-int64(n)) < int64(p.cfg.MaxInFlight) {
 		select {
 		case p.room <- struct{}{}:
 		default:
@@ -414,7 +453,7 @@ func (p *Processor) accept(ftp kgo.FetchTopicPartition) {
 	if ps.src.Retry {
 		p.scheduleLocked(ps, now) // pause now, not when the dispatcher looks
 	} else {
-		p.queued.Add(queued)
+		p.queued[tierIndex(ps.src)].Add(queued)
 	}
 	ps.mu.Unlock()
 	ps.notify()
@@ -504,6 +543,7 @@ func (p *Processor) dispatch(ps *partition) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	retry, tier := windowClass(ps.src)
 	for {
 		ps.mu.Lock()
 		if ps.revoked {
@@ -530,9 +570,7 @@ func (p *Processor) dispatch(ps *partition) {
 			}
 			continue
 		}
-		select {
-		case p.window <- struct{}{}:
-		case <-ps.stop:
+		if !p.window.acquire(retry, tier, ps.stop) {
 			return
 		}
 		p.startNext(ps)
@@ -546,7 +584,7 @@ func (p *Processor) startNext(ps *partition) {
 	ps.mu.Lock()
 	if ps.revoked || len(ps.ready) == 0 {
 		ps.mu.Unlock()
-		<-p.window
+		p.window.release()
 		return
 	}
 	t := ps.ready[0]
@@ -556,7 +594,7 @@ func (p *Processor) startNext(ps *partition) {
 	ps.inFlight++
 	ps.mu.Unlock()
 	if !ps.src.Retry {
-		p.unqueue(1)
+		p.unqueue(tierIndex(ps.src), 1)
 	}
 	p.wg.Add(1)
 	go p.handle(ps, t)
@@ -577,7 +615,7 @@ func (p *Processor) complete(ps *partition, t *tracked, ok bool) {
 		ps.idleCh = nil
 	}
 	ps.mu.Unlock()
-	<-p.window
+	p.window.release()
 	p.wg.Done()
 }
 
@@ -634,7 +672,7 @@ func (p *Processor) handBack(ctx context.Context, cl *kgo.Client, m map[string][
 		ps.lost = lost
 		close(ps.stop)
 		if !ps.src.Retry {
-			p.unqueue(len(ps.ready))
+			p.unqueue(tierIndex(ps.src), len(ps.ready))
 		}
 		if lost {
 			ps.held, ps.ready = nil, nil
@@ -778,4 +816,4 @@ func (p *Processor) Held() map[string]int {
 
 // InFlight is the number of records being sent or awaiting their produce
 // acknowledgements.
-func (p *Processor) InFlight() int { return len(p.window) }
+func (p *Processor) InFlight() int { return p.window.inUse() }

@@ -2,12 +2,14 @@ package pipeline_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/internal/testenv"
 	"github.com/tierpush/tierpush/tiers"
@@ -179,6 +181,52 @@ func TestHeadOfLine(t *testing.T) {
 		}
 		if slowDone.IsZero() {
 			t.Error("the slow event was never sent")
+		}
+	})
+}
+
+// TestRetryAheadOfBacklog: a retry that comes due while every tier
+// partition has a backlog waiting for the window takes the next free slot,
+// not a turn after each of them.
+func TestRetryAheadOfBacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const parts, window, perTier = 6, 4, 100
+		const latency = 200 * time.Millisecond
+		env := testenv.Start(t, testenv.Options{Virtual: true, Partitions: parts, Pipeline: func(c *pipeline.Config) { c.MaxInFlight = window }})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		flaky := env.Sim.Subscribe(pushsim.Response{Status: 503})
+		recs := []*kgo.Record{{Topic: env.Names.Tier(tiers.Tier1), Key: []byte("flaky"), Value: testenv.Event("flaky", flaky, "x", nil)}}
+		env.Produce(ctx, recs...)
+		recs = recs[:0]
+		for _, tier := range tiers.All {
+			for i := range perTier {
+				id := fmt.Sprintf("%s-%d", tier, i)
+				sub := env.Sim.Subscribe(pushsim.Response{Status: 201, Latency: latency})
+				recs = append(recs, &kgo.Record{Topic: env.Names.Tier(tier), Key: []byte(id), Value: testenv.Event(id, sub, "x", nil)})
+			}
+		}
+		env.Produce(ctx, recs...)
+		if _, err := env.ReadOutcomes(ctx, 1+3*perTier); err != nil {
+			t.Fatal(err)
+		}
+		ts := sendTimes(env.Sim, flaky.ID)
+		if len(ts) != 2 {
+			t.Fatalf("%d sends of the retried event, want 2", len(ts))
+		}
+		// Due 2 s after the failure plus at most 10% jitter; then one
+		// send's latency at most until a slot frees.
+		if gap, limit := ts[1].Sub(ts[0]), 2*time.Second+200*time.Millisecond+latency+100*time.Millisecond; gap > limit {
+			t.Errorf("the retry was sent %s after the failed send, want at most %s: it waited behind the backlog", gap, limit)
+		}
+		var last time.Time
+		for _, d := range env.Sim.Deliveries() {
+			if d.At.After(last) {
+				last = d.At
+			}
+		}
+		if last.Sub(ts[1]) < time.Second {
+			t.Errorf("the backlog was drained %s after the retry: it did not compete with it", last.Sub(ts[1]))
 		}
 	})
 }
