@@ -126,11 +126,12 @@ type Processor struct {
 	kt     *kotel.Tracer // nil: no tracing
 	tracer trace.Tracer
 
-	window *window         // one slot per record in flight
-	queued [3]atomic.Int64 // per tier: records consumed, waiting for a slot
-	room   chan struct{}   // capacity 1: a tier's queued went below MaxInFlight
-	// tiersPaused: Run paused the tier topic (pollFor); Run's alone.
-	tiersPaused [3]bool
+	window     *window       // one slot per record in flight
+	queued     atomic.Int64  // tier records consumed, waiting for a slot
+	room       chan struct{} // capacity 1: queued went below MaxInFlight
+	tierTopics []string
+	// tiersPaused: Run paused the tier topics (pollFor); Run's alone.
+	tiersPaused bool
 	wg          sync.WaitGroup // partition dispatchers and record handlers
 
 	mu    sync.Mutex
@@ -204,6 +205,9 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 	for _, o := range opts {
 		o(p)
 	}
+	for _, t := range tiers.All {
+		p.tierTopics = append(p.tierTopics, cfg.Names.Tier(t))
+	}
 	popts := append([]pacing.Option{pacing.WithClock(cfg.Now)}, p.pacingOpts...)
 	if p.pacer, err = pacing.New(cfg.Pacing, popts...); err != nil {
 		return nil, fmt.Errorf("pacing: %w", err)
@@ -269,12 +273,8 @@ func (p *Processor) Run(ctx context.Context) error {
 	defer p.cl.Close()
 	p.wg.Add(1)
 	go p.commitFinished(ctx)
-	tierTopics := make([]string, 0, len(tiers.All))
-	for _, t := range tiers.All {
-		tierTopics = append(tierTopics, p.cfg.Names.Tier(t))
-	}
 	for {
-		pctx, stop := p.pollFor(ctx, tierTopics)
+		pctx, stop := p.pollFor(ctx)
 		// With ctx done this returns at once, still blocking rebalances:
 		// drain then runs with no revoke beside it.
 		fs := p.cl.PollRecords(pctx, 4096)
@@ -295,58 +295,48 @@ func (p *Processor) Run(ctx context.Context) error {
 	return err
 }
 
-// pollFor returns the context of the next poll. A tier topic is paused
-// while MaxInFlight of its records wait for a window slot, so the records
-// consumed but not started stay bounded, and the poll ends as soon as they
-// fall below it, to resume it. The other tiers and the retry topics are
-// polled all along: tier 1's records are read while a backlog of tier 3
-// waits, and a ladder's records come due while first attempts wait; both
-// go ahead of it (window). Waiting to poll instead kept them unread until
-// the backlog was gone. Pausing drops what the client has buffered of a
-// topic; it fetches that again on resume.
-func (p *Processor) pollFor(ctx context.Context, tierTopics []string) (context.Context, func()) {
-	full := func(i int) bool { return p.queued[i].Load() >= int64(p.cfg.MaxInFlight) }
-	paused := false
-	for i, topic := range tierTopics {
-		switch {
-		case full(i) && !p.tiersPaused[i]:
-			p.cl.PauseFetchTopics(topic)
-		case !full(i) && p.tiersPaused[i]:
-			p.cl.ResumeFetchTopics(topic)
-		}
-		p.tiersPaused[i] = full(i)
-		paused = paused || p.tiersPaused[i]
+// pollFor returns the context of the next poll. While MaxInFlight tier
+// records wait for a window slot, the tier topics are paused, so the
+// records consumed but not started stay bounded, and the poll ends as soon
+// as they fall below it, to resume them. The retry topics are polled all
+// along: a ladder's records come due while a backlog of first attempts
+// waits, and they go first (window). Waiting to poll instead kept them
+// unread until the backlog was gone. Pausing drops what the client has
+// buffered of the tier topics; it fetches that again on resume.
+func (p *Processor) pollFor(ctx context.Context) (context.Context, func()) {
+	full := func() bool { return p.queued.Load() >= int64(p.cfg.MaxInFlight) }
+	switch {
+	case !p.tiersPaused && full():
+		p.cl.PauseFetchTopics(p.tierTopics...)
+		p.tiersPaused = true
+	case p.tiersPaused && !full():
+		p.cl.ResumeFetchTopics(p.tierTopics...)
+		p.tiersPaused = false
 	}
-	if !paused {
+	if !p.tiersPaused {
 		return ctx, func() {}
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	watch := p.tiersPaused
 	go func() {
 		defer close(done)
-		for {
-			for i := range tierTopics {
-				if watch[i] && !full(i) {
-					cancel()
-					return
-				}
-			}
+		for full() {
 			select {
 			case <-p.room:
 			case <-pctx.Done():
 				return
 			}
 		}
+		cancel()
 	}()
 	// Waiting for the watcher keeps it from taking a wake-up meant for
 	// the next one.
 	return pctx, func() { cancel(); <-done }
 }
 
-// unqueue counts n records of tier index ti that no longer wait for a slot.
-func (p *Processor) unqueue(ti, n int) {
-	if n > 0 && p.queued[ti].Add(-int64(n)) < int64(p.cfg.MaxInFlight) {
+// unqueue counts n tier records that no longer wait for a slot.
+func (p *Processor) unqueue(n int) {
+	if n > 0 && p.queued.Add(-int64(n)) < int64(p.cfg.MaxInFlight) {
 		select {
 		case p.room <- struct{}{}:
 		default:
@@ -453,7 +443,7 @@ func (p *Processor) accept(ftp kgo.FetchTopicPartition) {
 	if ps.src.Retry {
 		p.scheduleLocked(ps, now) // pause now, not when the dispatcher looks
 	} else {
-		p.queued[tierIndex(ps.src)].Add(queued)
+		p.queued.Add(queued)
 	}
 	ps.mu.Unlock()
 	ps.notify()
@@ -594,7 +584,7 @@ func (p *Processor) startNext(ps *partition) {
 	ps.inFlight++
 	ps.mu.Unlock()
 	if !ps.src.Retry {
-		p.unqueue(tierIndex(ps.src), 1)
+		p.unqueue(1)
 	}
 	p.wg.Add(1)
 	go p.handle(ps, t)
@@ -672,7 +662,7 @@ func (p *Processor) handBack(ctx context.Context, cl *kgo.Client, m map[string][
 		ps.lost = lost
 		close(ps.stop)
 		if !ps.src.Retry {
-			p.unqueue(tierIndex(ps.src), len(ps.ready))
+			p.unqueue(len(ps.ready))
 		}
 		if lost {
 			ps.held, ps.ready = nil, nil
