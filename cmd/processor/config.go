@@ -63,6 +63,7 @@ type Config struct {
 	LogLevel  string
 
 	MaxInFlight    int
+	MaxHeld        int
 	DefaultTTL     time.Duration
 	SendTimeout    time.Duration
 	DrainTimeout   time.Duration
@@ -90,6 +91,7 @@ func DefaultConfig() Config {
 		LogFormat:      "text",
 		LogLevel:       "info",
 		MaxInFlight:    pc.MaxInFlight,
+		MaxHeld:        pc.MaxHeld,
 		DefaultTTL:     pc.Rules.DefaultTTL,
 		SendTimeout:    10 * time.Second,
 		DrainTimeout:   pc.DrainTimeout,
@@ -119,6 +121,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "records being sent or awaiting acknowledgement at once")
+	fs.IntVar(&c.MaxHeld, "max-held", c.MaxHeld, "retry records held in memory until due; past it the retry topics stop fetching")
 	fs.DurationVar(&c.DefaultTTL, "default-ttl", c.DefaultTTL, "TTL of events that do not set one")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", c.SendTimeout, "bound on one send to a push service")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for records in flight")
@@ -246,6 +249,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxInFlight < 1 || c.MaxInFlight > 100_000 {
 		errs = append(errs, fmt.Errorf("--max-in-flight: %d, want 1..100000", c.MaxInFlight))
+	}
+	if c.MaxHeld < 1 || c.MaxHeld > 10_000_000 {
+		errs = append(errs, fmt.Errorf("--max-held: %d, want 1..10000000", c.MaxHeld))
 	}
 	if c.DefaultTTL < 0 || c.DefaultTTL > 28*24*time.Hour {
 		errs = append(errs, fmt.Errorf("--default-ttl: %s, want 0..672h", c.DefaultTTL))

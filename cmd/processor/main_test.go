@@ -140,6 +140,7 @@ func TestExitCodes(t *testing.T) {
 		{"short hmac key", []string{"--dev", "--hmac-key", "short"}, nil, 2, "--hmac-key"},
 		{"bad env var", nil, []string{"TIERPUSH_MAX_IN_FLIGHT=lots"}, 2, "max-in-flight"},
 		{"bad log format", []string{"--dev", "--log-format", "xml"}, nil, 2, "--log-format"},
+		{"max-held out of range", []string{"--dev", "--max-held", "0"}, nil, 2, "--max-held"},
 		{"unknown subcommand", []string{"frobnicate"}, nil, 2, "frobnicate"},
 		{"bad tier in send", []string{"send", "--tier", "tier9"}, nil, 2, "--tier"},
 		{"vapid prints keys", []string{"vapid"}, nil, 0, ""},

@@ -103,6 +103,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	pc.Policy = policy
 	pc.Group = cfg.Group
 	pc.MaxInFlight = cfg.MaxInFlight
+	pc.MaxHeld = cfg.MaxHeld
 	pc.Jitter = cfg.RetryJitter
 	pc.DrainTimeout = cfg.DrainTimeout
 	pc.CommitInterval = cfg.CommitInterval

@@ -39,9 +39,12 @@ type partition struct {
 	queue  []*tracked // consumed, not yet committed, in offset order
 	held   dueHeap    // retry records waiting for their due time
 	maxDue time.Time  // latest due time in held
-	ready  []*tracked // due, waiting for a window slot, in the order to start them
-	paused bool
-	prior  []span // offsets an earlier owner finished after its committed offset
+	// counted is len(held)+len(ready) as Processor.held last counted it
+	// (retry partitions).
+	counted int
+	ready   []*tracked // due, waiting for a window slot, in the order to start them
+	paused  bool
+	prior   []span // offsets an earlier owner finished after its committed offset
 	// metaDirty: a record finished behind an unfinished one since the last
 	// commit told which (see annotateCommit).
 	metaDirty bool

@@ -43,6 +43,12 @@ type Config struct {
 	// together. Default 0.1, at most MaxJitter (default 5s).
 	Jitter    float64
 	MaxJitter time.Duration
+	// MaxHeld bounds the retry records in memory, held until due or
+	// waiting for a window slot, across all retry partitions: at it, the
+	// retry topics stop fetching until some are started, so memory does
+	// not grow with the partitions or with how many records come due
+	// together. A poll can take it past by 256 (pollSize). Default 20,000.
+	MaxHeld int
 	// Prefetch is how long before the records after the last held one
 	// of a retry partition can be due that fetching resumes: the last
 	// held record's due time less the step's jitter span. Default 250ms.
@@ -74,6 +80,7 @@ func DefaultConfig() Config {
 		Group:          "tierpush",
 		Rules:          event.DefaultRules(),
 		MaxInFlight:    1024,
+		MaxHeld:        20_000,
 		Jitter:         0.1,
 		MaxJitter:      5 * time.Second,
 		Prefetch:       250 * time.Millisecond,
@@ -92,6 +99,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.MaxInFlight < 1 {
 		errs = append(errs, fmt.Errorf("max-in-flight: %d, want at least 1", c.MaxInFlight))
+	}
+	if c.MaxHeld < 1 {
+		errs = append(errs, fmt.Errorf("max-held: %d, want at least 1", c.MaxHeld))
 	}
 	if c.Jitter < 0 || c.Jitter > 1 {
 		errs = append(errs, fmt.Errorf("retry-jitter: %g, want 0..1", c.Jitter))
@@ -126,10 +136,15 @@ type Processor struct {
 	kt     *kotel.Tracer // nil: no tracing
 	tracer trace.Tracer
 
-	window     *window       // one slot per record in flight
-	queued     atomic.Int64  // tier records consumed, waiting for a slot
-	room       chan struct{} // capacity 1: queued went below MaxInFlight
-	tierTopics []string
+	window *window       // one slot per record in flight
+	queued atomic.Int64  // tier records consumed, waiting for a slot
+	room   chan struct{} // capacity 1: queued went below MaxInFlight
+	held   atomic.Int64  // retry records held or ready: partition.counted summed
+	// capMu guards capped: the retry topics are paused at MaxHeld.
+	capMu       sync.Mutex
+	capped      bool
+	tierTopics  []string
+	retryTopics []string
 	// tiersPaused: Run paused the tier topics (pollFor); Run's alone.
 	tiersPaused bool
 	wg          sync.WaitGroup // partition dispatchers and record handlers
@@ -207,6 +222,9 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 	}
 	for _, t := range tiers.All {
 		p.tierTopics = append(p.tierTopics, cfg.Names.Tier(t))
+		for _, d := range cfg.Policy.Ladder(t).Steps {
+			p.retryTopics = append(p.retryTopics, cfg.Names.Retry(t, d))
+		}
 	}
 	popts := append([]pacing.Option{pacing.WithClock(cfg.Now)}, p.pacingOpts...)
 	if p.pacer, err = pacing.New(cfg.Pacing, popts...); err != nil {
@@ -233,6 +251,11 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 		// is 1 MiB) keeps a ladder of a hundred partitions in bounds. The
 		// tier topics still fetch MBs a second across their partitions.
 		kgo.FetchMaxPartitionBytes(256<<10),
+		// And at most 4 MiB a response (kgo's default is 50 MiB): at
+		// MaxHeld the retry topics pause and the client drops what it
+		// had buffered of them, to fetch it again on resume. The client
+		// starts each request at the next partition, so none starves.
+		kgo.FetchMaxBytes(4<<20),
 		kgo.OnPartitionsAssigned(p.onAssigned),
 		kgo.OnPartitionsRevoked(p.onRevoked),
 		kgo.OnPartitionsLost(p.onLost),
@@ -277,7 +300,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		pctx, stop := p.pollFor(ctx)
 		// With ctx done this returns at once, still blocking rebalances:
 		// drain then runs with no revoke beside it.
-		fs := p.cl.PollRecords(pctx, 4096)
+		fs := p.cl.PollRecords(pctx, p.pollSize())
 		stop()
 		if fs.IsClientClosed() || ctx.Err() != nil {
 			break
@@ -332,6 +355,15 @@ func (p *Processor) pollFor(ctx context.Context) (context.Context, func()) {
 	// Waiting for the watcher keeps it from taking a wake-up meant for
 	// the next one.
 	return pctx, func() { cancel(); <-done }
+}
+
+// pollSize is how many records the next poll may return: up to 4,096, but
+// no more than the retry records MaxHeld has room for (at least 256). A
+// poll is accepted whole before the retry topics pause, so this bounds
+// what goes past MaxHeld; once they pause, the client drops what it has
+// buffered of them.
+func (p *Processor) pollSize() int {
+	return min(4096, max(p.cfg.MaxHeld-int(p.held.Load()), 256))
 }
 
 // unqueue counts n tier records that no longer wait for a slot.
@@ -441,6 +473,7 @@ func (p *Processor) accept(ftp kgo.FetchTopicPartition) {
 		ps.hold(t) // the dispatcher releases what is due already
 	}
 	if ps.src.Retry {
+		p.recountLocked(ps)
 		p.scheduleLocked(ps, now) // pause now, not when the dispatcher looks
 	} else {
 		p.queued.Add(queued)
@@ -524,6 +557,33 @@ func (p *Processor) scheduleLocked(ps *partition, now time.Time) (next time.Time
 	return next, true
 }
 
+// recountLocked brings the processor's count of held retry records up to
+// date with ps, and pauses the retry topics while it is at MaxHeld. They
+// are paused as topics, apart from the partitions' own pauses: every
+// partition must stop at once, or each would still bring one fetch.
+// Pausing drops what the client has buffered of them; it fetches that
+// again on resume. ps.mu must be held.
+func (p *Processor) recountLocked(ps *partition) {
+	n := len(ps.held) + len(ps.ready)
+	if !ps.src.Retry || n == ps.counted {
+		return
+	}
+	p.held.Add(int64(n - ps.counted))
+	ps.counted = n
+	p.capMu.Lock()
+	defer p.capMu.Unlock()
+	// Decided on the count now, under capMu: whichever change comes last
+	// leaves the pause as the count asks.
+	if over := p.held.Load() >= int64(p.cfg.MaxHeld); over != p.capped {
+		p.capped = over
+		if over {
+			p.cl.PauseFetchTopics(p.retryTopics...)
+		} else {
+			p.cl.ResumeFetchTopics(p.retryTopics...)
+		}
+	}
+}
+
 // dispatch is the partition's one goroutine until it is handed back: it
 // releases held records as they come due, keeps a retry partition's fetch
 // paused or resumed, and starts ready records in order, each on a window
@@ -582,6 +642,7 @@ func (p *Processor) startNext(ps *partition) {
 	ps.ready = ps.ready[1:]
 	t.started = true
 	ps.inFlight++
+	p.recountLocked(ps)
 	ps.mu.Unlock()
 	if !ps.src.Retry {
 		p.unqueue(1)
@@ -666,6 +727,7 @@ func (p *Processor) handBack(ctx context.Context, cl *kgo.Client, m map[string][
 		}
 		if lost {
 			ps.held, ps.ready = nil, nil
+			p.recountLocked(ps)
 		} else if ps.inFlight > 0 {
 			ps.idleCh = make(chan struct{})
 			waits = append(waits, ps.idleCh)
@@ -692,6 +754,7 @@ func (p *Processor) handBack(ctx context.Context, cl *kgo.Client, m map[string][
 		ps.mu.Lock()
 		ps.lost = true // mark nothing more: the partition is no longer ours
 		ps.held, ps.ready = nil, nil
+		p.recountLocked(ps)
 		ps.mu.Unlock()
 	}
 }
@@ -803,6 +866,10 @@ func (p *Processor) Held() map[string]int {
 	}
 	return out
 }
+
+// HeldTotal is how many retry records are in memory, held until due or
+// waiting for a window slot, across all retry topics (what MaxHeld bounds).
+func (p *Processor) HeldTotal() int { return int(p.held.Load()) }
 
 // InFlight is the number of records being sent or awaiting their produce
 // acknowledgements.
