@@ -143,7 +143,7 @@ func registerPacingFlags(fs *flag.FlagSet, p *pacing.Config) {
 	fs.DurationVar(&p.OpenFor, "pacing-open-for", p.OpenFor, "how long a halted origin waits before half-open probes")
 	fs.IntVar(&p.Probes, "pacing-probes", p.Probes, "half-open probe requests")
 	fs.IntVar(&p.MinSamples, "pacing-min-samples", p.MinSamples, "attempts a share needs before it counts")
-	fs.Float64Var(&p.Confidence, "pacing-confidence", p.Confidence, "confidence that a 429 share is above its threshold before a cut or sender-wide pause (0.5: the plain share)")
+	fs.Float64Var(&p.Confidence, "pacing-confidence", p.Confidence, "confidence that a 429 share is above its threshold before a cut; a sender-wide pause asks for a hundredth of the doubt (0.5: the plain share for both)")
 	fs.Float64Var(&p.CalmRate, "pacing-calm-rate", p.CalmRate, "429 share below which an origin counts as calm")
 	fs.DurationVar(&p.CalmFor, "pacing-calm-for", p.CalmFor, "calm time before the limit grows")
 	fs.DurationVar(&p.RaiseEvery, "pacing-raise-every", p.RaiseEvery, "how often a calm origin's limit grows")

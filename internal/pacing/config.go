@@ -111,7 +111,20 @@ func DefaultConfig() Config {
 }
 
 // z is the one-sided normal quantile of Confidence.
-func (c Config) z() float64 { return math.Sqrt2 * math.Erfinv(2*c.Confidence-1) }
+func (c Config) z() float64 { return zOf(c.Confidence) }
+
+// zWide is the quantile the sender-wide rule judges with: it is checked at
+// every 429, hundreds of times a second, and a false pause stops every
+// tier of the origin, so each check gets a hundredth of the doubt
+// Confidence allows (0.95 → 0.9995). 0.5 stays the plain share.
+func (c Config) zWide() float64 {
+	if c.Confidence <= 0.5 {
+		return 0
+	}
+	return zOf(1 - (1-c.Confidence)/100)
+}
+
+func zOf(confidence float64) float64 { return math.Sqrt2 * math.Erfinv(2*confidence-1) }
 
 // Validate names the first setting out of range by its flag.
 func (c Config) Validate() error {

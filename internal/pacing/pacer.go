@@ -223,6 +223,7 @@ type lane struct {
 	origin string
 	cfg    *Config
 	z      float64 // of cfg.Confidence
+	zWide  float64 // the sender-wide rule's (Config.zWide)
 
 	mu        sync.Mutex
 	limit     float64
@@ -276,7 +277,7 @@ func newLane(origin string, cfg *Config, now time.Time) *lane {
 	n := max(int(cfg.Window/time.Second), 1)
 	// No cut yet: the first may come at once, not CutCooldown after the
 	// lane's first request.
-	return &lane{origin: origin, cfg: cfg, z: cfg.z(), limit: float64(cfg.MaxLimit), buckets: make([]bucket, n), breaker: Closed, lastCut: now.Add(-cfg.CutCooldown), lastRaise: now}
+	return &lane{origin: origin, cfg: cfg, z: cfg.z(), zWide: cfg.zWide(), limit: float64(cfg.MaxLimit), buckets: make([]bucket, n), breaker: Closed, lastCut: now.Add(-cfg.CutCooldown), lastRaise: now}
 }
 
 func tierIndex(t tiers.Tier) int {
@@ -678,14 +679,20 @@ func (l *lane) sumLocked(now time.Time, fresh bool) (attempts, throttled, failed
 
 // above reports whether k of n attempts is a share above p with the
 // configured confidence: the lower bound of the Wilson score interval must
-// be above p. Cuts and sender-wide pauses ask it. At 30 attempts one 429 more or less moves the share by 3.3
-// points, so a plain comparison would cut a healthy origin whose devices
-// are throttled one by one at about p, again and again, on noise alone.
-func (l *lane) above(k, n int, p float64) bool {
+// be above p. Cuts ask it; the sender-wide rule asks aboveZ with a stricter
+// quantile (Config.zWide). At 30 attempts one 429 more or less moves the
+// share by 3.3 points, so a plain comparison would cut a healthy origin
+// whose devices are throttled one by one at about p, again and again, on
+// noise alone.
+func (l *lane) above(k, n int, p float64) bool { return aboveZ(k, n, p, l.z) }
+
+// aboveZ tells whether the share k/n is above p with the confidence of the
+// one-sided quantile z (Wilson score); z 0 compares the plain share.
+func aboveZ(k, n int, p, z float64) bool {
 	if n == 0 {
 		return false
 	}
-	ph, z := float64(k)/float64(n), l.z
+	ph := float64(k) / float64(n)
 	if z == 0 {
 		return ph > p
 	}
@@ -821,7 +828,7 @@ func (l *lane) senderWideLocked(p *Pacer, sub string, retryAfter time.Duration, 
 			attempts, throttled = attempts+b.attempts, throttled+b.throttled
 		}
 	}
-	if !l.above(throttled, attempts, l.cfg.SenderWideRate) {
+	if !aboveZ(throttled, attempts, l.cfg.SenderWideRate, l.zWide) {
 		return
 	}
 	until := now.Add(max(retryAfter, l.cfg.DefaultPause))

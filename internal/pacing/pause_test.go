@@ -3,6 +3,7 @@ package pacing_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -398,5 +399,32 @@ func pauseAfter(t *testing.T, h *harness, perSec int, prefix string) {
 			t.Fatalf("no pause after 100 throttled subscriptions: %v", h.rec.brief())
 		}
 		h.acquire(pacing.Request{Origin: origin, Sub: fmt.Sprintf("%s%d", prefix, i), Tier: tiers.Tier1}).Done(throttled)
+	}
+}
+
+// TestSenderWideNoise: devices throttled one by one at the sender-wide
+// share itself (5%, as FCM and APNs do per device; the ledger mix has
+// them) must not pause the origin, though the rule looks again at every
+// 429: judged with the plain confidence at each look, one of the hundreds
+// of looks a second found a run of them above 5% and stopped every tier.
+func TestSenderWideNoise(t *testing.T) {
+	for seed := range uint64(5) {
+		inBubble(t, fmt.Sprintf("seed %d", seed), func(t *testing.T) {
+			h := newHarness(t, func(c *pacing.Config) { c.Confidence = 0.95 })
+			rng := rand.New(rand.NewPCG(seed, 1))
+			for range 200 { // 20,000 sends in 20 s
+				for range 100 {
+					r := ok
+					if rng.Float64() < 0.05 {
+						r = throttledFor(5 * s)
+					}
+					h.send(r)
+				}
+				h.clk.Advance(100 * time.Millisecond)
+			}
+			if n := countKind(h.rec.all(), "pause"); n > 0 {
+				t.Errorf("%d sender-wide pauses from per-device 429s at 5%%: %v", n, h.rec.brief())
+			}
+		})
 	}
 }
