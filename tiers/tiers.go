@@ -35,6 +35,15 @@ func (t Tier) String() string {
 // Valid reports whether t is one of the contract's tiers.
 func (t Tier) Valid() bool { return t >= Tier1 && t <= Tier3 }
 
+// Index is t's position in All, for per-tier arrays; a tier outside the
+// contract counts as the lowest.
+func (t Tier) Index() int {
+	if t.Valid() {
+		return int(t) - 1
+	}
+	return len(All) - 1
+}
+
 // Parse reads "tier1", "tier2" or "tier3".
 func Parse(s string) (Tier, error) {
 	for _, t := range All {

@@ -291,3 +291,18 @@ func TestPolicyValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestIndex: each tier's place in All; a tier outside the contract is
+// treated as the lowest, never the highest.
+func TestIndex(t *testing.T) {
+	for i, tier := range All {
+		if got := tier.Index(); got != i {
+			t.Errorf("%s.Index() = %d, want %d", tier, got, i)
+		}
+	}
+	for _, tier := range []Tier{0, 4, 255} {
+		if got := tier.Index(); got != len(All)-1 {
+			t.Errorf("Tier(%d).Index() = %d, want %d (the lowest)", tier, got, len(All)-1)
+		}
+	}
+}

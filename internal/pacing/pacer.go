@@ -280,13 +280,6 @@ func newLane(origin string, cfg *Config, now time.Time) *lane {
 	return &lane{origin: origin, cfg: cfg, z: cfg.z(), zWide: cfg.zWide(), limit: float64(cfg.MaxLimit), buckets: make([]bucket, n), breaker: Closed, lastCut: now.Add(-cfg.CutCooldown), lastRaise: now}
 }
 
-func tierIndex(t tiers.Tier) int {
-	if t >= tiers.Tier1 && t <= tiers.Tier3 {
-		return int(t) - 1
-	}
-	return 2
-}
-
 func boolIndex(b bool) int {
 	if b {
 		return 1
@@ -300,7 +293,7 @@ func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.pacer = p
-	ti := tierIndex(req.Tier)
+	ti := req.Tier.Index()
 	if now.Before(l.paused) && (ti > 0 || l.paused.Sub(now) > maxHold) {
 		return nil, nil, l.paused
 	}
@@ -490,7 +483,7 @@ func (l *lane) evictLocked(ti int) *waiter {
 func (l *lane) cancel(w *waiter) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	q := &l.queues[tierIndex(w.req.Tier)][boolIndex(w.req.Retry)]
+	q := &l.queues[w.req.Tier.Index()][boolIndex(w.req.Retry)]
 	for i, x := range *q {
 		if x == w {
 			*q = append((*q)[:i], (*q)[i+1:]...)
@@ -645,7 +638,7 @@ func (l *lane) wakeLocked(p *Pacer, now time.Time) {
 		if w == nil {
 			break
 		}
-		l.tokenLocked(tierIndex(w.req.Tier), now)
+		l.tokenLocked(w.req.Tier.Index(), now)
 		w.ch <- grant{slot: l.grantLocked(p, w.req, now)}
 	}
 	l.armLocked(now)

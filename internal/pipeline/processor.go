@@ -140,14 +140,11 @@ type Processor struct {
 	queued atomic.Int64  // tier records consumed, waiting for a slot
 	room   chan struct{} // capacity 1: queued went below MaxInFlight
 	held   atomic.Int64  // retry records held or ready: partition.counted summed
-	// capMu guards capped: the retry topics are paused at MaxHeld.
-	capMu       sync.Mutex
-	capped      bool
-	tierTopics  []string
-	retryTopics []string
-	// tiersPaused: Run paused the tier topics (pollFor); Run's alone.
-	tiersPaused bool
-	wg          sync.WaitGroup // partition dispatchers and record handlers
+	// retryPause is on at MaxHeld; capMu guards it.
+	capMu      sync.Mutex
+	retryPause topicPause
+	tierPause  topicPause     // on while MaxInFlight tier records wait; Run's alone (pollFor)
+	wg         sync.WaitGroup // partition dispatchers and record handlers
 
 	mu    sync.Mutex
 	parts map[topicPart]*partition
@@ -221,9 +218,9 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 		o(p)
 	}
 	for _, t := range tiers.All {
-		p.tierTopics = append(p.tierTopics, cfg.Names.Tier(t))
+		p.tierPause.topics = append(p.tierPause.topics, cfg.Names.Tier(t))
 		for _, d := range cfg.Policy.Ladder(t).Steps {
-			p.retryTopics = append(p.retryTopics, cfg.Names.Retry(t, d))
+			p.retryPause.topics = append(p.retryPause.topics, cfg.Names.Retry(t, d))
 		}
 	}
 	popts := append([]pacing.Option{pacing.WithClock(cfg.Now)}, p.pacingOpts...)
@@ -328,15 +325,8 @@ func (p *Processor) Run(ctx context.Context) error {
 // buffered of the tier topics; it fetches that again on resume.
 func (p *Processor) pollFor(ctx context.Context) (context.Context, func()) {
 	full := func() bool { return p.queued.Load() >= int64(p.cfg.MaxInFlight) }
-	switch {
-	case !p.tiersPaused && full():
-		p.cl.PauseFetchTopics(p.tierTopics...)
-		p.tiersPaused = true
-	case p.tiersPaused && !full():
-		p.cl.ResumeFetchTopics(p.tierTopics...)
-		p.tiersPaused = false
-	}
-	if !p.tiersPaused {
+	p.tierPause.set(p.cl, full())
+	if !p.tierPause.on {
 		return ctx, func() {}
 	}
 	pctx, cancel := context.WithCancel(ctx)
@@ -574,13 +564,26 @@ func (p *Processor) recountLocked(ps *partition) {
 	defer p.capMu.Unlock()
 	// Decided on the count now, under capMu: whichever change comes last
 	// leaves the pause as the count asks.
-	if over := p.held.Load() >= int64(p.cfg.MaxHeld); over != p.capped {
-		p.capped = over
-		if over {
-			p.cl.PauseFetchTopics(p.retryTopics...)
-		} else {
-			p.cl.ResumeFetchTopics(p.retryTopics...)
-		}
+	p.retryPause.set(p.cl, p.held.Load() >= int64(p.cfg.MaxHeld))
+}
+
+// topicPause pauses a set of topics as a whole, apart from the pauses of
+// their partitions (kgo keeps the two independent).
+type topicPause struct {
+	topics []string
+	on     bool
+}
+
+// set pauses the topics or resumes them, if that changes anything.
+func (t *topicPause) set(cl *kgo.Client, on bool) {
+	if on == t.on {
+		return
+	}
+	t.on = on
+	if on {
+		cl.PauseFetchTopics(t.topics...)
+	} else {
+		cl.ResumeFetchTopics(t.topics...)
 	}
 }
 

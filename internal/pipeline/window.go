@@ -34,18 +34,11 @@ func newWindow(size int, weights [3]int) *window {
 
 // windowClass is the queue a partition's dispatcher waits in.
 func windowClass(src topology.Source) (retry, tier int) {
-	return boolIndex(src.Retry), tierIndex(src)
-}
-
-func boolIndex(b bool) int {
-	if b {
-		return 1
+	retry = 0
+	if src.Retry {
+		retry = 1
 	}
-	return 0
-}
-
-func tierIndex(src topology.Source) int {
-	return min(max(int(src.Tier)-1, 0), 2)
+	return retry, src.Tier.Index()
 }
 
 // acquire takes a slot for a dispatcher of class (retry, tier), waiting
