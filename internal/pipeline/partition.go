@@ -21,8 +21,10 @@ type tracked struct {
 
 // partition is the state of one assigned partition: the checkpoint of
 // consumed records, the records waiting for a window slot and, for retry
-// topics, the records held until due. Its dispatcher goroutine
-// (Processor.dispatch) is the only one to start its records.
+// topics, the records held until due. Its ready records are started in
+// order as window slots free (Processor.startOne); a retry partition's
+// dispatcher goroutine (Processor.dispatch) moves held records to ready as
+// they come due.
 //
 // The checkpoint commits only up to the last record with no unfinished
 // record before it, so a crash never skips an event whose outputs were not
@@ -44,7 +46,10 @@ type partition struct {
 	counted int
 	ready   []*tracked // due, waiting for a window slot, in the order to start them
 	paused  bool
-	prior   []span // offsets an earlier owner finished after its committed offset
+	// inWindow: queued in Processor.window for a slot; the window's mutex
+	// guards it, not mu.
+	inWindow bool
+	prior    []span // offsets an earlier owner finished after its committed offset
 	// metaDirty: a record finished behind an unfinished one since the last
 	// commit told which (see annotateCommit).
 	metaDirty bool

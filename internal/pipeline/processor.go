@@ -207,13 +207,13 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 		log:        log,
 		sender:     sender,
 		signer:     signer,
-		window:     newWindow(cfg.MaxInFlight, cfg.Pacing.Weights),
 		room:       make(chan struct{}, 1),
 		parts:      make(map[topicPart]*partition),
 		tombstones: tomb,
 		hooks:      NopHooks{},
 		tracer:     noop.NewTracerProvider().Tracer(""),
 	}
+	p.window = newWindow(cfg.MaxInFlight, cfg.Pacing.Weights, p.startOne)
 	for _, o := range opts {
 		o(p)
 	}
@@ -286,9 +286,9 @@ func (p *Processor) Ready() bool { return p.joined.Load() && !p.draining.Load() 
 // Rebalances happen only between polls (kgo.BlockRebalanceOnPoll): the
 // records of a poll are tracked by their partitions before AllowRebalance,
 // so a revoke always finds them, and no poll can hand over records of a
-// partition already given up. Tracking never waits: each partition's
-// dispatcher starts its records as window slots free, and Run stops
-// fetching the tier topics while enough of their records wait (pollFor).
+// partition already given up. Tracking never waits: a partition's records
+// start as window slots free, and Run stops fetching the tier topics while
+// enough of their records wait (pollFor).
 func (p *Processor) Run(ctx context.Context) error {
 	defer p.cl.Close()
 	p.wg.Add(1)
@@ -401,8 +401,8 @@ func (p *Processor) drain() error {
 	return err
 }
 
-// partition returns the state of an assigned partition, starting its
-// dispatcher on first use.
+// partition returns the state of an assigned partition, starting a retry
+// partition's dispatcher on first use.
 func (p *Processor) partition(topic string, part int32) *partition {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -417,14 +417,16 @@ func (p *Processor) partition(topic string, part int32) *partition {
 	}
 	ps := newPartition(topic, part, src)
 	p.parts[k] = ps
-	p.wg.Add(1)
-	go p.dispatch(ps)
+	if src.Retry {
+		p.wg.Add(1)
+		go p.dispatch(ps)
+	}
 	return ps
 }
 
-// accept tracks the records one poll returned for a partition and leaves
-// them to its dispatcher. It never waits: it runs while the poll blocks
-// rebalances.
+// accept tracks the records one poll returned for a partition: a tier
+// partition's are offered to the window, a retry partition's held for its
+// dispatcher. It never waits: it runs while the poll blocks rebalances.
 func (p *Processor) accept(ftp kgo.FetchTopicPartition) {
 	if len(ftp.Records) == 0 {
 		return
@@ -465,11 +467,13 @@ func (p *Processor) accept(ftp kgo.FetchTopicPartition) {
 	if ps.src.Retry {
 		p.recountLocked(ps)
 		p.scheduleLocked(ps, now) // pause now, not when the dispatcher looks
-	} else {
-		p.queued.Add(queued)
+		ps.mu.Unlock()
+		ps.notify()
+		return
 	}
+	p.queued.Add(queued)
 	ps.mu.Unlock()
-	ps.notify()
+	p.window.offer(ps)
 }
 
 // detach copies a record that will be held until due out of its fetch:
@@ -587,58 +591,48 @@ func (t *topicPause) set(cl *kgo.Client, on bool) {
 	}
 }
 
-// dispatch is the partition's one goroutine until it is handed back: it
-// releases held records as they come due, keeps a retry partition's fetch
-// paused or resumed, and starts ready records in order, each on a window
-// slot.
+// dispatch is a retry partition's goroutine until it is handed back: it
+// moves held records to ready as they come due, offers them to the window,
+// and keeps the partition's fetch paused or resumed.
 func (p *Processor) dispatch(ps *partition) {
 	defer p.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	retry, tier := windowClass(ps.src)
 	for {
 		ps.mu.Lock()
 		if ps.revoked {
 			ps.mu.Unlock()
 			return
 		}
-		if ps.src.Retry {
-			now := p.cfg.Now()
-			ps.ready = append(ps.ready, ps.popDue(now)...)
-			if next, ok := p.scheduleLocked(ps, now); ok {
-				timer.Reset(max(next.Sub(now), 0))
-			} else {
-				timer.Stop()
-			}
+		now := p.cfg.Now()
+		ps.ready = append(ps.ready, ps.popDue(now)...)
+		if next, ok := p.scheduleLocked(ps, now); ok {
+			timer.Reset(max(next.Sub(now), 0))
+		} else {
+			timer.Stop()
 		}
 		ready := len(ps.ready)
 		ps.mu.Unlock()
-		if ready == 0 {
-			select {
-			case <-ps.wake:
-			case <-timer.C:
-			case <-ps.stop:
-				return
-			}
-			continue
+		if ready > 0 {
+			p.window.offer(ps)
 		}
-		if !p.window.acquire(retry, tier, ps.stop) {
+		select {
+		case <-ps.wake:
+		case <-timer.C:
+		case <-ps.stop:
 			return
 		}
-		p.startNext(ps)
 	}
 }
 
-// startNext starts the partition's next ready record on the window slot
-// its dispatcher took, or gives the slot back if the partition was handed
-// back meanwhile.
-func (p *Processor) startNext(ps *partition) {
+// startOne starts the partition's next ready record on a window slot taken
+// for it (window.start).
+func (p *Processor) startOne(ps *partition) (started, more bool) {
 	ps.mu.Lock()
 	if ps.revoked || len(ps.ready) == 0 {
 		ps.mu.Unlock()
-		p.window.release()
-		return
+		return false, false
 	}
 	t := ps.ready[0]
 	ps.ready[0] = nil
@@ -646,12 +640,20 @@ func (p *Processor) startNext(ps *partition) {
 	t.started = true
 	ps.inFlight++
 	p.recountLocked(ps)
+	more = len(ps.ready) > 0
+	// Below MaxInFlight ready again: the dispatcher may resume the fetch
+	// (scheduleLocked).
+	look := ps.src.Retry && len(ps.ready) == p.cfg.MaxInFlight-1
 	ps.mu.Unlock()
+	if look {
+		ps.notify()
+	}
 	if !ps.src.Retry {
 		p.unqueue(1)
 	}
 	p.wg.Add(1)
 	go p.handle(ps, t)
+	return true, more
 }
 
 // complete records that every output of t is acknowledged (ok) or that one
@@ -698,8 +700,8 @@ func (p *Processor) onLost(ctx context.Context, cl *kgo.Client, m map[string][]i
 	p.handBack(ctx, cl, m, true)
 }
 
-// handBack gives partitions up: their dispatchers stop and what they had
-// not started stays unstarted. A lost partition is dropped at once and
+// handBack gives partitions up: they start nothing more (dispatchers stop)
+// and what they had not started stays unstarted. A lost partition is dropped at once and
 // nothing of it is marked any more (another member may own it already).
 //
 // A graceful hand-back waits, until ctx is done, for the records in flight

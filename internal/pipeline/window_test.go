@@ -3,38 +3,66 @@ package pipeline
 import (
 	"slices"
 	"testing"
-	"testing/synctest"
+
+	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
 )
 
 type windowWaiter struct{ retry, tier int }
 
-// grantOrder queues one waiter per entry of ws on a full window of one
-// slot, in that order, then frees the slot len(ws) times and returns the
-// order in which they got it.
+// fakeStarts stands in for Processor.startOne: each partition has a count
+// of ready records, and every start is logged in order.
+type fakeStarts struct {
+	ready   map[*partition]int
+	started []*partition
+}
+
+func (f *fakeStarts) start(ps *partition) (started, more bool) {
+	if ps.revoked || f.ready[ps] == 0 {
+		return false, false
+	}
+	f.ready[ps]--
+	f.started = append(f.started, ps)
+	return true, f.ready[ps] > 0
+}
+
+func (f *fakeStarts) partition(c windowWaiter, ready int) *partition {
+	ps := newPartition("t", 0, topology.Source{Tier: tiers.All[c.tier], Retry: c.retry == 1})
+	f.ready[ps] = ready
+	return ps
+}
+
+func newFakeWindow(size int, weights [3]int) (*window, *fakeStarts) {
+	f := &fakeStarts{ready: make(map[*partition]int)}
+	return newWindow(size, weights, f.start), f
+}
+
+// grantOrder fills a window of one slot, offers one partition per entry of
+// ws with a record ready, in that order, then frees the slot len(ws) times
+// and returns the order in which their records started.
 func grantOrder(t *testing.T, weights [3]int, ws []windowWaiter) []windowWaiter {
+	t.Helper()
+	w, f := newFakeWindow(1, weights)
+	w.offer(f.partition(windowWaiter{0, 0}, 1))
+	class := make(map[*partition]windowWaiter)
+	for _, c := range ws {
+		ps := f.partition(c, 1)
+		class[ps] = c
+		w.offer(ps)
+	}
+	if len(f.started) != 1 {
+		t.Fatalf("%d records started on a window of one slot, want 1", len(f.started))
+	}
+	for range ws {
+		w.release() // the releasing goroutine starts the next record
+	}
 	var got []windowWaiter
-	synctest.Test(t, func(t *testing.T) {
-		w := newWindow(1, weights)
-		if !w.acquire(0, 0, nil) {
-			t.Fatal("a free slot was refused")
-		}
-		granted := make(chan windowWaiter)
-		for _, c := range ws {
-			go func() {
-				if w.acquire(c.retry, c.tier, nil) {
-					granted <- c
-				}
-			}()
-			synctest.Wait() // queued in this order
-		}
-		for range ws {
-			w.release()
-			got = append(got, <-granted)
-		}
-		if n := w.inUse(); n != 1 {
-			t.Errorf("inUse = %d after handing the slot on, want 1", n)
-		}
-	})
+	for _, ps := range f.started[1:] {
+		got = append(got, class[ps])
+	}
+	if n := w.inUse(); n != 1 {
+		t.Errorf("inUse = %d after handing the slot on, want 1", n)
+	}
 	return got
 }
 
@@ -59,6 +87,9 @@ func TestWindowShares(t *testing.T) {
 		}
 	}
 	got := grantOrder(t, [3]int{6, 3, 1}, ws)
+	if len(got) != len(ws) {
+		t.Fatalf("%d records started, want %d", len(got), len(ws))
+	}
 	var first10 [3]int
 	for _, g := range got[:10] {
 		first10[g.tier]++
@@ -75,41 +106,54 @@ func TestWindowShares(t *testing.T) {
 	}
 }
 
-// TestWindowStop: a dispatcher handed back while it waits leaves the
-// queue, and one whose slot arrives as it stops passes the slot on.
-func TestWindowStop(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		w := newWindow(1, [3]int{1, 1, 1})
-		w.acquire(0, 0, nil)
-		stop := make(chan struct{})
-		res := make(chan bool)
-		go func() { res <- w.acquire(0, 2, stop) }()
-		synctest.Wait()
-		close(stop)
-		if <-res {
-			t.Fatal("acquire took a slot after stop")
-		}
+// TestWindowTurns: an offer starts records while slots are free and queues
+// the partition for the rest; partitions of one class then take turns, a
+// record each.
+func TestWindowTurns(t *testing.T) {
+	w, f := newFakeWindow(2, [3]int{1, 1, 1})
+	a := f.partition(windowWaiter{1, 0}, 4)
+	b := f.partition(windowWaiter{1, 0}, 3)
+	w.offer(a) // two started, two left
+	w.offer(b)
+	w.offer(a) // queued already: no second place in the queue
+	if !slices.Equal(f.started, []*partition{a, a}) {
+		t.Fatalf("started %d records before any release, want a's two", len(f.started))
+	}
+	for range 5 {
 		w.release()
-		if n := w.inUse(); n != 0 {
-			t.Fatalf("inUse = %d with nothing held, want 0", n)
-		}
+	}
+	want := []*partition{a, a, a, b, a, b, b}
+	if !slices.Equal(f.started, want) {
+		t.Errorf("start order is not a, a, then turns a, b, a, b, b")
+	}
+	w.release()
+	w.release()
+	if n := w.inUse(); n != 0 {
+		t.Errorf("inUse = %d with nothing started, want 0", n)
+	}
+}
 
-		// Granted and stopped at once: whichever select case wins, the
-		// slot is held or passed on, never lost.
-		w.acquire(0, 0, nil)
-		stop = make(chan struct{})
-		go func() { res <- w.acquire(1, 1, stop) }()
-		synctest.Wait()
-		close(stop)
-		w.release()
-		if <-res {
-			w.release()
-		}
-		if n := w.inUse(); n != 0 {
-			t.Errorf("inUse = %d with nothing held, want 0", n)
-		}
-		if !w.acquire(0, 0, nil) {
-			t.Error("the slot was lost")
-		}
-	})
+// TestWindowHandedBack: a queued partition that has nothing to start when
+// its turn comes (handed back) passes the slot on, and with nobody else
+// waiting the slot is free, not lost.
+func TestWindowHandedBack(t *testing.T) {
+	w, f := newFakeWindow(1, [3]int{1, 1, 1})
+	w.offer(f.partition(windowWaiter{0, 0}, 1))
+	gone := f.partition(windowWaiter{1, 0}, 5)
+	next := f.partition(windowWaiter{0, 2}, 1)
+	w.offer(gone)
+	w.offer(next)
+	gone.revoked = true
+	w.release()
+	if got := f.started[len(f.started)-1]; got != next {
+		t.Fatal("the slot did not pass to the next partition")
+	}
+	w.release()
+	if n := w.inUse(); n != 0 {
+		t.Fatalf("inUse = %d with nothing held, want 0", n)
+	}
+	w.offer(f.partition(windowWaiter{0, 0}, 1))
+	if n := w.inUse(); n != 1 {
+		t.Errorf("inUse = %d after an offer on a free window, want 1 (the slot was lost)", n)
+	}
 }
