@@ -88,6 +88,9 @@ func (m *Metrics) KafkaMeter() *kotel.Meter {
 type Gauges struct {
 	Lanes    func() []pacing.LaneState
 	InFlight func() int
+	// InFlightLimit is the window InFlight is bounded by (it shrinks below
+	// --max-in-flight while the cores are saturated).
+	InFlightLimit func() int
 	// Lag returns, per topic, the records not yet committed and, for
 	// retry topics, how many of them are held because they are not due.
 	Lag func(ctx context.Context) (map[string]Lag, error)
@@ -122,6 +125,10 @@ func (m *Metrics) Observe(g Gauges) error {
 	if err != nil {
 		return err
 	}
+	inFlightLimit, err := meter.Int64ObservableGauge("tierpush_in_flight_limit", metric.WithDescription("the window of records in flight: --max-in-flight, or less while the processor's CPUs are saturated"))
+	if err != nil {
+		return err
+	}
 	lag, err := meter.Int64ObservableGauge("tierpush_consumer_lag", metric.WithDescription("records not yet committed per topic; for retry topics due=false counts those held until due"))
 	if err != nil {
 		return err
@@ -139,6 +146,9 @@ func (m *Metrics) Observe(g Gauges) error {
 		if g.InFlight != nil {
 			o.ObserveInt64(inFlight, int64(g.InFlight()))
 		}
+		if g.InFlightLimit != nil {
+			o.ObserveInt64(inFlightLimit, int64(g.InFlightLimit()))
+		}
 		if g.Lag != nil {
 			lags, err := g.Lag(ctx)
 			if err != nil {
@@ -152,7 +162,7 @@ func (m *Metrics) Observe(g Gauges) error {
 			}
 		}
 		return nil
-	}, limit, share, breaker, originFlight, inFlight, lag)
+	}, limit, share, breaker, originFlight, inFlight, inFlightLimit, lag)
 	return err
 }
 

@@ -64,6 +64,7 @@ type Config struct {
 
 	MaxInFlight    int
 	MaxHeld        int
+	RetryLateness  time.Duration
 	DefaultTTL     time.Duration
 	SendTimeout    time.Duration
 	DrainTimeout   time.Duration
@@ -92,6 +93,7 @@ func DefaultConfig() Config {
 		LogLevel:       "info",
 		MaxInFlight:    pc.MaxInFlight,
 		MaxHeld:        pc.MaxHeld,
+		RetryLateness:  pc.RetryLateness,
 		DefaultTTL:     pc.Rules.DefaultTTL,
 		SendTimeout:    10 * time.Second,
 		DrainTimeout:   pc.DrainTimeout,
@@ -122,6 +124,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "records being sent or awaiting acknowledgement at once")
 	fs.IntVar(&c.MaxHeld, "max-held", c.MaxHeld, "retry records held in memory until due; past it the retry topics stop fetching")
+	fs.DurationVar(&c.RetryLateness, "retry-lateness", c.RetryLateness, "how late a due retry may be picked up; while over 1% are later, fewer than --max-in-flight records are sent at once (0: always --max-in-flight)")
 	fs.DurationVar(&c.DefaultTTL, "default-ttl", c.DefaultTTL, "TTL of events that do not set one")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", c.SendTimeout, "bound on one send to a push service")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for records in flight")
@@ -252,6 +255,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxHeld < 1 || c.MaxHeld > 10_000_000 {
 		errs = append(errs, fmt.Errorf("--max-held: %d, want 1..10000000", c.MaxHeld))
+	}
+	if c.RetryLateness < 0 || c.RetryLateness > time.Second {
+		errs = append(errs, fmt.Errorf("--retry-lateness: %s, want 0 (off) to 1s", c.RetryLateness))
 	}
 	if c.DefaultTTL < 0 || c.DefaultTTL > 28*24*time.Hour {
 		errs = append(errs, fmt.Errorf("--default-ttl: %s, want 0..672h", c.DefaultTTL))

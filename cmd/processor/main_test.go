@@ -141,6 +141,7 @@ func TestExitCodes(t *testing.T) {
 		{"bad env var", nil, []string{"TIERPUSH_MAX_IN_FLIGHT=lots"}, 2, "max-in-flight"},
 		{"bad log format", []string{"--dev", "--log-format", "xml"}, nil, 2, "--log-format"},
 		{"max-held out of range", []string{"--dev", "--max-held", "0"}, nil, 2, "--max-held"},
+		{"retry-lateness negative", []string{"--dev", "--retry-lateness", "-1ms"}, nil, 2, "--retry-lateness"},
 		{"unknown subcommand", []string{"frobnicate"}, nil, 2, "frobnicate"},
 		{"bad tier in send", []string{"send", "--tier", "tier9"}, nil, 2, "--tier"},
 		{"vapid prints keys", []string{"vapid"}, nil, 0, ""},

@@ -104,6 +104,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	pc.Group = cfg.Group
 	pc.MaxInFlight = cfg.MaxInFlight
 	pc.MaxHeld = cfg.MaxHeld
+	pc.RetryLateness = cfg.RetryLateness
 	pc.Jitter = cfg.RetryJitter
 	pc.DrainTimeout = cfg.DrainTimeout
 	pc.CommitInterval = cfg.CommitInterval
@@ -139,8 +140,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	}
 	adm := kadm.NewClient(p.Client())
 	if err := metrics.Observe(telemetry.Gauges{
-		Lanes:    p.Pacer().Lanes,
-		InFlight: p.InFlight,
+		Lanes:         p.Pacer().Lanes,
+		InFlight:      p.InFlight,
+		InFlightLimit: p.InFlightLimit,
 		Lag: func(ctx context.Context) (map[string]telemetry.Lag, error) {
 			return groupLag(ctx, adm, cfg.Group, p.Held())
 		},

@@ -80,6 +80,7 @@ func (p *Processor) route(ctx context.Context, ps *partition, t *tracked) []*kgo
 			return []*kgo.Record{p.deadLetter(r, meta, topology.ReasonInvalidEvent, err.Error())}
 		}
 		meta = m
+		p.notePickup(t, now)
 		p.holdSpan(ctx, t, src, meta.Due, now)
 	} else {
 		meta.RedriveCount = redriveCount(r)

@@ -15,6 +15,8 @@ type tracked struct {
 	rec      *kgo.Record
 	received time.Time // when the poll returned it
 	due      time.Time // retry records: when it may be sent
+	readyAt  time.Time // retry records: when the dispatcher found it due
+	startAt  time.Time // retry records: when it got a window slot
 	started  bool      // handed to handle: in flight, finished or failed
 	done     bool      // every output acknowledged
 }
@@ -146,7 +148,9 @@ func (h *dueHeap) Pop() any {
 func (p *partition) popDue(now time.Time) []*tracked {
 	var out []*tracked
 	for len(p.held) > 0 && !p.held[0].due.After(now) {
-		out = append(out, heap.Pop(&p.held).(*tracked))
+		t := heap.Pop(&p.held).(*tracked)
+		t.readyAt = now
+		out = append(out, t)
 	}
 	if len(p.held) == 0 {
 		p.maxDue = time.Time{}

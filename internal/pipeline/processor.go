@@ -49,6 +49,11 @@ type Config struct {
 	// not grow with the partitions or with how many records come due
 	// together. A poll can take it past by 256 (pollSize). Default 20,000.
 	MaxHeld int
+	// RetryLateness is how late after its due time a retry record may be
+	// picked up: while more than 1 % are later, the window of records in
+	// flight shrinks below MaxInFlight (adapt.go). 0 keeps it at
+	// MaxInFlight. Default 10ms.
+	RetryLateness time.Duration
 	// Prefetch is how long before the records after the last held one
 	// of a retry partition can be due that fetching resumes: the last
 	// held record's due time less the step's jitter span. Default 250ms.
@@ -81,6 +86,7 @@ func DefaultConfig() Config {
 		Rules:          event.DefaultRules(),
 		MaxInFlight:    1024,
 		MaxHeld:        20_000,
+		RetryLateness:  10 * time.Millisecond,
 		Jitter:         0.1,
 		MaxJitter:      5 * time.Second,
 		Prefetch:       250 * time.Millisecond,
@@ -102,6 +108,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxHeld < 1 {
 		errs = append(errs, fmt.Errorf("max-held: %d, want at least 1", c.MaxHeld))
+	}
+	if c.RetryLateness < 0 {
+		errs = append(errs, fmt.Errorf("retry-lateness: %s, want 0 (off) or more", c.RetryLateness))
 	}
 	if c.Jitter < 0 || c.Jitter > 1 {
 		errs = append(errs, fmt.Errorf("retry-jitter: %g, want 0..1", c.Jitter))
@@ -140,6 +149,9 @@ type Processor struct {
 	queued atomic.Int64  // tier records consumed, waiting for a slot
 	room   chan struct{} // capacity 1: queued went below MaxInFlight
 	held   atomic.Int64  // retry records held or ready: partition.counted summed
+	// Retry records picked up since the last adaptStep, and those later
+	// than RetryLateness.
+	pickups, latePickups atomic.Int64
 	// retryPause is on at MaxHeld; capMu guards it.
 	capMu      sync.Mutex
 	retryPause topicPause
@@ -291,8 +303,9 @@ func (p *Processor) Ready() bool { return p.joined.Load() && !p.draining.Load() 
 // enough of their records wait (pollFor).
 func (p *Processor) Run(ctx context.Context) error {
 	defer p.cl.Close()
-	p.wg.Add(1)
+	p.wg.Add(2)
 	go p.commitFinished(ctx)
+	go p.adapt(ctx)
 	for {
 		pctx, stop := p.pollFor(ctx)
 		// With ctx done this returns at once, still blocking rebalances:
@@ -638,6 +651,9 @@ func (p *Processor) startOne(ps *partition) (started, more bool) {
 	ps.ready[0] = nil
 	ps.ready = ps.ready[1:]
 	t.started = true
+	if ps.src.Retry {
+		t.startAt = p.cfg.Now()
+	}
 	ps.inFlight++
 	p.recountLocked(ps)
 	more = len(ps.ready) > 0
@@ -879,3 +895,7 @@ func (p *Processor) HeldTotal() int { return int(p.held.Load()) }
 // InFlight is the number of records being sent or awaiting their produce
 // acknowledgements.
 func (p *Processor) InFlight() int { return p.window.inUse() }
+
+// InFlightLimit is the window's size: MaxInFlight, or less while the cores
+// are saturated (adapt.go).
+func (p *Processor) InFlightLimit() int { return p.window.limit() }

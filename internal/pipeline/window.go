@@ -61,7 +61,7 @@ func (w *window) offer(ps *partition) {
 			w.mu.Unlock()
 			return
 		}
-		if w.free == 0 {
+		if w.free <= 0 {
 			retry, tier := windowClass(ps.src)
 			w.queues[retry][tier] = append(w.queues[retry][tier], ps)
 			ps.inWindow = true
@@ -83,11 +83,15 @@ func (w *window) offer(ps *partition) {
 }
 
 // release gives a slot back: it starts the next record of the partition
-// whose turn it is, or keeps the slot free when none waits.
+// whose turn it is, or keeps the slot free when none waits or the window
+// has shrunk below the slots in use.
 func (w *window) release() {
 	for {
 		w.mu.Lock()
-		ps := w.pickLocked()
+		var ps *partition
+		if w.free >= 0 {
+			ps = w.pickLocked()
+		}
 		if ps == nil {
 			w.free++
 			w.mu.Unlock()
@@ -140,4 +144,27 @@ func (w *window) inUse() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.size - w.free
+}
+
+// limit is the number of slots.
+func (w *window) limit() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.size
+}
+
+// resize sets the number of slots. Shrinking takes nothing back from the
+// records in flight: slots freed past the new size are not handed on.
+// Growing starts waiting records on the new slots.
+func (w *window) resize(size int) {
+	w.mu.Lock()
+	grow := size - w.size
+	w.size = size
+	if grow < 0 {
+		w.free += grow
+	}
+	w.mu.Unlock()
+	for range grow {
+		w.release()
+	}
 }
