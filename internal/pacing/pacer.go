@@ -382,8 +382,11 @@ func (l *lane) refillLocked(now time.Time) {
 }
 
 // tokenLocked takes a token for a send of tier index ti. Tier 1 always
-// gets one (it may overdraw, which holds the lower tiers back); lower
-// tiers only when one is there.
+// gets one: it may overdraw by up to half a second of the rate, which the
+// lower tiers then wait out. The tier-1 requests that waited out a pause
+// all go when it ends; with less owed (a tenth of a second) the lower
+// tiers went on at the full rate beside them, over the limit the origin
+// had just signalled. Lower tiers take a token only when one is there.
 func (l *lane) tokenLocked(ti int, now time.Time) bool {
 	if l.rate == 0 {
 		return true
@@ -395,7 +398,7 @@ func (l *lane) tokenLocked(ti int, now time.Time) bool {
 	if ti > 0 && l.tokens < 1 {
 		return false
 	}
-	l.tokens = max(l.tokens-1, -max(1, l.rate/10))
+	l.tokens = max(l.tokens-1, -max(1, l.rate/2))
 	return true
 }
 

@@ -294,6 +294,46 @@ func TestRateAfterPause(t *testing.T) {
 	})
 }
 
+// TestTier1Debt: tier 1 is never held back by a learnt rate, but what it
+// sends past it is owed by the lower tiers, up to half a second of the
+// rate: after a pause the tier-1 requests that waited it out go at once,
+// and with a debt of a tenth of a second the lower tiers sent at the full
+// rate beside them, over the limit the origin had just signalled
+// (bench d: 5–10 % 429s).
+func TestTier1Debt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *pacing.Config) { c.MaxLimit = 1000 })
+		// Learnt: 95% of 100 a second.
+		pauseAfter(t, h, 100, "")
+		h.clk.Advance(1 * s)
+		var t1 []*pacing.Slot
+		for range 200 {
+			t1 = append(t1, h.acquire(h.req(tiers.Tier1, false)))
+		}
+		out := make(chan got, 200)
+		for range 200 {
+			h.spawn(context.Background(), "", h.req(tiers.Tier3, false), out)
+		}
+		synctest.Wait()
+		h.clk.Advance(1 * s)
+		// 95 tokens in the second, 47.5 of them owed: about 47.
+		if granted := len(out); granted < 40 || granted > 55 {
+			t.Errorf("tier-3 grants in the second after 200 tier-1 sends = %d, want about 47 (half a second of 95/s owed)", granted)
+		}
+		for _, sl := range t1 {
+			sl.Done(ok)
+		}
+		h.clk.Advance(3 * s)
+		for range 200 {
+			if g := next(t, out); g.slot != nil {
+				g.slot.Done(ok)
+			} else {
+				t.Fatal("a tier-3 request was deferred")
+			}
+		}
+	})
+}
+
 // TestRateLapse: a learnt rate lapses 30 s after the pause that taught it;
 // a lower tier arriving then, with the tokens of that rate spent, goes
 // straight through instead of queueing for a token no timer will bring.
