@@ -124,7 +124,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "records being sent or awaiting acknowledgement at once")
 	fs.IntVar(&c.MaxHeld, "max-held", c.MaxHeld, "retry records held in memory until due; past it the retry topics stop fetching")
-	fs.DurationVar(&c.RetryLateness, "retry-lateness", c.RetryLateness, "how late a due retry may be picked up; while over 1% are later, fewer than --max-in-flight records are sent at once (0: always --max-in-flight)")
+	fs.DurationVar(&c.RetryLateness, "retry-lateness", c.RetryLateness, "how long a due retry may wait to run, waits for a slot aside; while over 1% wait longer, fewer than --max-in-flight records are in flight (0: always --max-in-flight)")
 	fs.DurationVar(&c.DefaultTTL, "default-ttl", c.DefaultTTL, "TTL of events that do not set one")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", c.SendTimeout, "bound on one send to a push service")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for records in flight")

@@ -49,10 +49,10 @@ type Config struct {
 	// not grow with the partitions or with how many records come due
 	// together. A poll can take it past by 256 (pollSize). Default 20,000.
 	MaxHeld int
-	// RetryLateness is how late after its due time a retry record may be
-	// picked up: while more than 1 % are later, the window of records in
-	// flight shrinks below MaxInFlight (adapt.go). 0 keeps it at
-	// MaxInFlight. Default 10ms.
+	// RetryLateness is how long a due retry record may wait to run, waits
+	// for a window slot aside (notePickup): while more than 1 % wait
+	// longer, the window of records in flight shrinks below MaxInFlight
+	// (adapt.go). 0 keeps it at MaxInFlight. Default 10ms.
 	RetryLateness time.Duration
 	// Prefetch is how long before the records after the last held one
 	// of a retry partition can be due that fetching resumes: the last
