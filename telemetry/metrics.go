@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/tierpush/tierpush/internal/push"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -219,7 +221,7 @@ func (m *Metrics) Finished(f pipeline.FinishInfo) {
 	}
 }
 
-func statusClass(r topology.Result) string {
+func statusClass(r push.Result) string {
 	switch {
 	case r.Status == 0:
 		return "error"

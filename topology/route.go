@@ -3,47 +3,10 @@ package topology
 import (
 	"time"
 
+	"github.com/tierpush/tierpush/internal/push"
+
 	"github.com/tierpush/tierpush/tiers"
 )
-
-// Class is what a push service's answer means for the notification.
-type Class uint8
-
-// The classes of a send result (DESIGN §6).
-const (
-	// ClassDelivered: 2xx, the push service took the message.
-	ClassDelivered Class = iota + 1
-	// ClassGone: 404/410, the subscription no longer exists.
-	ClassGone
-	// ClassRetryable: 429, 5xx, WNS throttling, timeouts and connection errors.
-	ClassRetryable
-	// ClassRejected: any other 4xx; sending again cannot help.
-	ClassRejected
-	// ClassTooLarge: 413, the payload is too large for the push service.
-	ClassTooLarge
-	// ClassDeferred: no send was made (breaker open or origin paused); the
-	// record waits on the ladder without spending an attempt.
-	ClassDeferred
-	// ClassBlocked: the endpoint was refused before any byte was sent.
-	ClassBlocked
-)
-
-var classNames = [...]string{"", "delivered", "gone", "retryable", "rejected", "too_large", "deferred", "blocked"}
-
-func (c Class) String() string {
-	if int(c) < len(classNames) {
-		return classNames[c]
-	}
-	return "unknown"
-}
-
-// Result is the classified outcome of one send.
-type Result struct {
-	Class      Class
-	Status     int           // HTTP status, 0 when none
-	RetryAfter time.Duration // Retry-After as a duration from the send; 0 when none
-	Err        string        // short cause for push-error, never a secret
-}
 
 // Outcome is the terminal state of an event in push.outcomes.
 type Outcome string
@@ -76,7 +39,7 @@ type Input struct {
 	Attempt   int       // sends made so far, this one included
 	Deadline  time.Time // created_at + TTL: the message is worthless after it
 	NotBefore time.Time // an earlier floor still in force (Retry-After hop); zero when none
-	Result    Result
+	Result    push.Result
 	Now       time.Time
 }
 
@@ -94,22 +57,22 @@ type Decision struct {
 // Decide routes a send result. It is a pure function of its inputs.
 func Decide(p *tiers.Policy, in Input) Decision {
 	switch in.Result.Class {
-	case ClassDelivered:
+	case push.Delivered:
 		return Decision{Action: ActionDone, Outcome: OutcomeDelivered, Reason: ReasonDelivered}
-	case ClassGone:
+	case push.Gone:
 		return Decision{Action: ActionDone, Outcome: OutcomeGone, Reason: ReasonGone}
-	case ClassRejected:
+	case push.Rejected:
 		return Decision{Action: ActionDeadLetter, Outcome: OutcomeDead, Reason: ReasonRejected}
-	case ClassTooLarge:
+	case push.TooLarge:
 		return Decision{Action: ActionDeadLetter, Outcome: OutcomeDead, Reason: ReasonPayloadTooLarge}
-	case ClassBlocked:
+	case push.Blocked:
 		return Decision{Action: ActionDeadLetter, Outcome: OutcomeDead, Reason: ReasonEndpointBlocked}
 	}
 	if !in.Deadline.IsZero() && !in.Now.Before(in.Deadline) {
 		return expired()
 	}
 	l := p.Ladder(in.Tier)
-	if in.Result.Class == ClassRetryable && in.Attempt >= l.MaxAttempts {
+	if in.Result.Class == push.Retryable && in.Attempt >= l.MaxAttempts {
 		return Decision{Action: ActionDeadLetter, Outcome: OutcomeDead, Reason: ReasonMaxAttempts}
 	}
 	// The ladder's own backoff for the attempts made; a deferral that spent

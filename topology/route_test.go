@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierpush/tierpush/internal/push"
+
 	"github.com/tierpush/tierpush/tiers"
 )
 
@@ -31,10 +33,10 @@ func TestDecide(t *testing.T) {
 		maxAttempts = Decision{Action: ActionDeadLetter, Outcome: OutcomeDead, Reason: ReasonMaxAttempts}
 		expired     = Decision{Action: ActionDeadLetter, Outcome: OutcomeExpired, Reason: ReasonTTLExpired}
 	)
-	retryable := func(status int, ra time.Duration) Result {
-		return Result{Class: ClassRetryable, Status: status, RetryAfter: ra, Err: "push service answered"}
+	retryable := func(status int, ra time.Duration) push.Result {
+		return push.Result{Class: push.Retryable, Status: status, RetryAfter: ra, Err: "push service answered"}
 	}
-	deferred := Result{Class: ClassDeferred}
+	deferred := push.Result{Class: push.Deferred}
 
 	// input is an Input with times as offsets from now: deadline none for
 	// no deadline (TTL 0), notBefore 0 for no earlier floor.
@@ -44,7 +46,7 @@ func TestDecide(t *testing.T) {
 		attempt   int
 		deadline  time.Duration
 		notBefore time.Duration
-		result    Result
+		result    push.Result
 	}
 	tests := []struct {
 		name string
@@ -52,18 +54,18 @@ func TestDecide(t *testing.T) {
 		want Decision
 	}{
 		// Terminal classes: no ladder, whatever the attempt or deadline.
-		{"delivered 201", input{tiers.Tier1, 1, none, 0, Result{Class: ClassDelivered, Status: 201}}, delivered},
-		{"delivered on the last attempt", input{tiers.Tier1, 5, none, 0, Result{Class: ClassDelivered, Status: 201}}, delivered},
-		{"delivered after the deadline", input{tiers.Tier2, 2, -s, 0, Result{Class: ClassDelivered, Status: 201}}, delivered},
-		{"gone 410", input{tiers.Tier1, 1, none, 0, Result{Class: ClassGone, Status: 410}}, gone},
-		{"gone 404 tier3", input{tiers.Tier3, 3, time.Hour, 0, Result{Class: ClassGone, Status: 404}}, gone},
-		{"gone from a tombstone, no send", input{tiers.Tier2, 0, none, 0, Result{Class: ClassGone}}, gone},
-		{"rejected 400", input{tiers.Tier1, 1, none, 0, Result{Class: ClassRejected, Status: 400}}, rejected},
-		{"rejected 403 below max attempts", input{tiers.Tier3, 2, time.Hour, 0, Result{Class: ClassRejected, Status: 403}}, rejected},
-		{"rejected at max attempts", input{tiers.Tier1, 5, none, 0, Result{Class: ClassRejected, Status: 401}}, rejected},
-		{"too large 413", input{tiers.Tier2, 1, none, 0, Result{Class: ClassTooLarge, Status: 413}}, tooLarge},
-		{"blocked at dial", input{tiers.Tier1, 1, none, 0, Result{Class: ClassBlocked}}, blocked},
-		{"blocked with Retry-After ignored", input{tiers.Tier1, 1, none, 0, Result{Class: ClassBlocked, RetryAfter: time.Minute}}, blocked},
+		{"delivered 201", input{tiers.Tier1, 1, none, 0, push.Result{Class: push.Delivered, Status: 201}}, delivered},
+		{"delivered on the last attempt", input{tiers.Tier1, 5, none, 0, push.Result{Class: push.Delivered, Status: 201}}, delivered},
+		{"delivered after the deadline", input{tiers.Tier2, 2, -s, 0, push.Result{Class: push.Delivered, Status: 201}}, delivered},
+		{"gone 410", input{tiers.Tier1, 1, none, 0, push.Result{Class: push.Gone, Status: 410}}, gone},
+		{"gone 404 tier3", input{tiers.Tier3, 3, time.Hour, 0, push.Result{Class: push.Gone, Status: 404}}, gone},
+		{"gone from a tombstone, no send", input{tiers.Tier2, 0, none, 0, push.Result{Class: push.Gone}}, gone},
+		{"rejected 400", input{tiers.Tier1, 1, none, 0, push.Result{Class: push.Rejected, Status: 400}}, rejected},
+		{"rejected 403 below max attempts", input{tiers.Tier3, 2, time.Hour, 0, push.Result{Class: push.Rejected, Status: 403}}, rejected},
+		{"rejected at max attempts", input{tiers.Tier1, 5, none, 0, push.Result{Class: push.Rejected, Status: 401}}, rejected},
+		{"too large 413", input{tiers.Tier2, 1, none, 0, push.Result{Class: push.TooLarge, Status: 413}}, tooLarge},
+		{"blocked at dial", input{tiers.Tier1, 1, none, 0, push.Result{Class: push.Blocked}}, blocked},
+		{"blocked with Retry-After ignored", input{tiers.Tier1, 1, none, 0, push.Result{Class: push.Blocked, RetryAfter: time.Minute}}, blocked},
 
 		// Retryable: the tier's ladder by attempt, the last step repeating.
 		{"tier1 attempt 1", input{tiers.Tier1, 1, none, 0, retryable(503, 0)}, retry(0, 2*s)},
@@ -81,7 +83,7 @@ func TestDecide(t *testing.T) {
 		{"tier3 attempt 2", input{tiers.Tier3, 2, none, 0, retryable(503, 0)}, retry(1, 60*s)},
 		{"tier3 attempt 3 repeats last", input{tiers.Tier3, 3, none, 0, retryable(503, 0)}, retry(1, 60*s)},
 		{"tier3 attempt 4 is max", input{tiers.Tier3, 4, none, 0, retryable(503, 0)}, maxAttempts},
-		{"transport error, no status", input{tiers.Tier1, 1, none, 0, Result{Class: ClassRetryable, Err: "timeout"}}, retry(0, 2*s)},
+		{"transport error, no status", input{tiers.Tier1, 1, none, 0, push.Result{Class: push.Retryable, Err: "timeout"}}, retry(0, 2*s)},
 
 		// Retry-After is a floor: the smallest step at least as long, never
 		// below the ladder's own step.
@@ -113,7 +115,7 @@ func TestDecide(t *testing.T) {
 		{"deferred after one send", input{tiers.Tier1, 1, none, 0, deferred}, retry(0, 2*s)},
 		{"deferred after two sends", input{tiers.Tier2, 2, none, 0, deferred}, retry(1, 8*s)},
 		{"deferred after four sends", input{tiers.Tier1, 4, none, 0, deferred}, retry(2, 60*s)},
-		{"deferred with Retry-After", input{tiers.Tier1, 0, none, 0, Result{Class: ClassDeferred, RetryAfter: 30 * s}}, retry(2, 60*s)},
+		{"deferred with Retry-After", input{tiers.Tier1, 0, none, 0, push.Result{Class: push.Deferred, RetryAfter: 30 * s}}, retry(2, 60*s)},
 		{"deferred, floor within the ladder", input{tiers.Tier1, 1, none, 5 * s, deferred}, retry(1, 8*s)},
 		{"deferred, floor exactly the last step", input{tiers.Tier1, 1, none, 60 * s, deferred}, retry(2, 60*s)},
 		{"deferred hop continues", input{tiers.Tier1, 2, none, 100 * s, deferred}, hop(2, 60*s, 100*s)},
@@ -189,7 +191,7 @@ func TestDecideCustomLadder(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := Decide(&p, Input{Tier: tt.tier, Attempt: tt.attempt, Now: now,
-				Result: Result{Class: ClassRetryable, Status: 503, RetryAfter: tt.ra}})
+				Result: push.Result{Class: push.Retryable, Status: 503, RetryAfter: tt.ra}})
 			want := Decision{Action: ActionRetry, Step: tt.wantStep, Delay: tt.wantDelay, Due: now.Add(tt.wantDelay)}
 			if tt.wantNB != 0 {
 				want.NotBefore = now.Add(tt.wantNB)
@@ -211,7 +213,7 @@ func TestDecideInvariants(t *testing.T) {
 	now := t0
 	offsets := []time.Duration{0, -time.Second, time.Millisecond, time.Second, 2 * time.Second, 7 * time.Second,
 		8 * time.Second, 30 * time.Second, time.Minute, 61 * time.Second, 10 * time.Minute, 24 * time.Hour}
-	classes := []Class{ClassDelivered, ClassGone, ClassRetryable, ClassRejected, ClassTooLarge, ClassDeferred, ClassBlocked}
+	classes := []push.Class{push.Delivered, push.Gone, push.Retryable, push.Rejected, push.TooLarge, push.Deferred, push.Blocked}
 	for _, tier := range tiers.All {
 		l := p.Ladder(tier)
 		for attempt := 0; attempt <= l.MaxAttempts+1; attempt++ {
@@ -219,7 +221,7 @@ func TestDecideInvariants(t *testing.T) {
 				for _, ra := range offsets {
 					for _, nb := range offsets {
 						for _, dl := range offsets {
-							in := Input{Tier: tier, Attempt: attempt, Now: now, Result: Result{Class: class, RetryAfter: ra}}
+							in := Input{Tier: tier, Attempt: attempt, Now: now, Result: push.Result{Class: class, RetryAfter: ra}}
 							if nb != 0 {
 								in.NotBefore = now.Add(nb)
 							}
@@ -249,14 +251,14 @@ func checkDecision(t *testing.T, name string, l *tiers.Ladder, in Input, d Decis
 		if d.Step != 0 || d.Delay != 0 || !d.Due.IsZero() || !d.NotBefore.IsZero() {
 			t.Fatalf("%s: terminal decision %+v carries retry fields", name, d)
 		}
-		if d.Reason == ReasonMaxAttempts && (in.Result.Class != ClassRetryable || in.Attempt < l.MaxAttempts) {
+		if d.Reason == ReasonMaxAttempts && (in.Result.Class != push.Retryable || in.Attempt < l.MaxAttempts) {
 			t.Fatalf("%s: max_attempts with %d of %d attempts", name, in.Attempt, l.MaxAttempts)
 		}
 	case ActionRetry:
-		if in.Result.Class != ClassRetryable && in.Result.Class != ClassDeferred {
+		if in.Result.Class != push.Retryable && in.Result.Class != push.Deferred {
 			t.Fatalf("%s: retry of a %v result", name, in.Result.Class)
 		}
-		if in.Result.Class == ClassRetryable && in.Attempt >= l.MaxAttempts {
+		if in.Result.Class == push.Retryable && in.Attempt >= l.MaxAttempts {
 			t.Fatalf("%s: retry after %d of %d attempts", name, in.Attempt, l.MaxAttempts)
 		}
 		if d.Outcome != "" || d.Reason != "" {
@@ -283,29 +285,5 @@ func checkDecision(t *testing.T, name string, l *tiers.Ladder, in Input, d Decis
 		}
 	default:
 		t.Fatalf("%s: unknown action in %+v", name, d)
-	}
-}
-
-func TestClassString(t *testing.T) {
-	tests := []struct {
-		c    Class
-		want string
-	}{
-		{ClassDelivered, "delivered"},
-		{ClassGone, "gone"},
-		{ClassRetryable, "retryable"},
-		{ClassRejected, "rejected"},
-		{ClassTooLarge, "too_large"},
-		{ClassDeferred, "deferred"},
-		{ClassBlocked, "blocked"},
-		{0, ""},
-		{200, "unknown"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.want, func(t *testing.T) {
-			if got := tt.c.String(); got != tt.want {
-				t.Errorf("Class(%d).String() = %q, want %q", tt.c, got, tt.want)
-			}
-		})
 	}
 }

@@ -19,9 +19,9 @@ import (
 
 	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/event"
-	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
 )
 
 // benchEvent is one event of a scenario: its own subscription, so the
@@ -148,7 +148,7 @@ func produce(ctx context.Context, cl *kgo.Client, evs []benchEvent, offered floa
 
 // outcome is what the bench keeps of one push.outcomes record.
 type outcome struct {
-	pipeline.OutcomeRecord
+	topology.OutcomeRecord
 	received time.Time
 }
 
@@ -177,7 +177,7 @@ func (o *outcomeReader) run(ctx context.Context, cl *kgo.Client) {
 		}
 		now := time.Now()
 		fs.EachRecord(func(r *kgo.Record) {
-			var rec pipeline.OutcomeRecord
+			var rec topology.OutcomeRecord
 			if json.Unmarshal(r.Value, &rec) != nil {
 				return
 			}

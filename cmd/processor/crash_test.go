@@ -17,9 +17,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/internal/testenv"
+	"github.com/tierpush/tierpush/topology"
 )
 
 // waitTopics waits until the processor on brokerAddr has created its topics.
@@ -64,7 +64,7 @@ func readOutcomes(ctx context.Context, t *testing.T, brokerAddr string, want int
 			t.Fatalf("outcomes for %d of %d ids: %v", len(got), want, ctx.Err())
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			var o pipeline.OutcomeRecord
+			var o topology.OutcomeRecord
 			if err := json.Unmarshal(r.Value, &o); err != nil || o.ID != string(r.Key) {
 				t.Errorf("bad outcome record %q: %v", r.Value, err)
 			}
@@ -180,7 +180,7 @@ func TestKcatInterop(t *testing.T) {
 	seen := make(map[string]bool)
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		key, value, _ := strings.Cut(line, " ")
-		var o pipeline.OutcomeRecord
+		var o topology.OutcomeRecord
 		if err := json.Unmarshal([]byte(value), &o); err != nil {
 			t.Fatalf("kcat read %q: %v", line, err)
 		}

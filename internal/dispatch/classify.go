@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tierpush/tierpush/topology"
+	"github.com/tierpush/tierpush/internal/push"
 )
 
 // maxRetryAfter caps a Retry-After the push service sends: a floor further
@@ -18,35 +18,35 @@ const maxRetryAfter = 24 * time.Hour
 
 // Classify maps a push service's answer, or the error that stopped the
 // request, to a routing class (DESIGN §6). It is a pure function.
-func Classify(status int, h http.Header, err error, now time.Time) topology.Result {
+func Classify(status int, h http.Header, err error, now time.Time) push.Result {
 	if err != nil {
-		return topology.Result{Class: topology.ClassRetryable, Err: transportCause(err)}
+		return push.Result{Class: push.Retryable, Err: transportCause(err)}
 	}
-	r := topology.Result{Status: status}
+	r := push.Result{Status: status}
 	switch {
 	case status >= 200 && status < 300:
-		r.Class = topology.ClassDelivered
+		r.Class = push.Delivered
 	case status == http.StatusNotFound || status == http.StatusGone:
-		r.Class = topology.ClassGone
+		r.Class = push.Gone
 	case status == http.StatusRequestEntityTooLarge:
-		r.Class = topology.ClassTooLarge
+		r.Class = push.TooLarge
 		r.Err = "push service answered 413: payload too large"
 	case status == http.StatusTooManyRequests,
 		status == http.StatusInternalServerError,
 		status == http.StatusBadGateway,
 		status == http.StatusServiceUnavailable,
 		status == http.StatusGatewayTimeout:
-		r.Class = topology.ClassRetryable
+		r.Class = push.Retryable
 		r.Err = "push service answered " + strconv.Itoa(status)
 	case status == http.StatusNotAcceptable && strings.EqualFold(h.Get("X-WNS-Status"), "appthrottled"):
 		// WNS throttles senders with 406 instead of 429.
-		r.Class = topology.ClassRetryable
+		r.Class = push.Retryable
 		r.Err = "push service answered 406 appthrottled"
 	default:
-		r.Class = topology.ClassRejected
+		r.Class = push.Rejected
 		r.Err = "push service answered " + strconv.Itoa(status)
 	}
-	if r.Class == topology.ClassRetryable {
+	if r.Class == push.Retryable {
 		if d, ok := ParseRetryAfter(h.Get("Retry-After"), now); ok {
 			r.RetryAfter = d
 		}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierpush/tierpush/topology"
+	"github.com/tierpush/tierpush/internal/push"
 )
 
 // now is second-aligned so HTTP-dates (whole seconds) give exact delays.
@@ -29,18 +29,18 @@ func header(kv ...string) http.Header {
 
 func TestClassifyStatus(t *testing.T) {
 	const (
-		delivered = topology.ClassDelivered
-		gone      = topology.ClassGone
-		retryable = topology.ClassRetryable
-		rejected  = topology.ClassRejected
-		tooLarge  = topology.ClassTooLarge
+		delivered = push.Delivered
+		gone      = push.Gone
+		retryable = push.Retryable
+		rejected  = push.Rejected
+		tooLarge  = push.TooLarge
 	)
 	throttled := header("X-WNS-Status", "appthrottled")
 	tests := []struct {
 		name    string
 		status  int
 		h       http.Header
-		want    topology.Class
+		want    push.Class
 		wantRA  time.Duration
 		wantErr bool // Err must be set (push-error of a DLQ or retry record)
 	}{
@@ -131,7 +131,7 @@ func TestClassifyTransportError(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := Classify(0, nil, tt.err, now)
-			if got.Class != topology.ClassRetryable || got.Status != 0 || got.RetryAfter != 0 {
+			if got.Class != push.Retryable || got.Status != 0 || got.RetryAfter != 0 {
 				t.Errorf("Classify(err) = %v/%d/%v, want retryable/0/0", got.Class, got.Status, got.RetryAfter)
 			}
 			if got.Err != tt.wantErr {

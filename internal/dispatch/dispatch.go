@@ -24,16 +24,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tierpush/tierpush/internal/push"
+
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tierpush/tierpush/internal/event"
 	"github.com/tierpush/tierpush/internal/netguard"
-	"github.com/tierpush/tierpush/topology"
 )
 
 // Sender sends one notification and classifies the answer.
 type Sender interface {
-	Send(ctx context.Context, e *event.Event, ttl time.Duration) topology.Result
+	Send(ctx context.Context, e *event.Event, ttl time.Duration) push.Result
 }
 
 // VAPID is the application server identity (RFC 8292).
@@ -129,20 +130,20 @@ func New(cfg Config, hc *http.Client) (*WebPush, error) {
 // Send encrypts and posts e with the remaining ttl, then classifies the
 // answer. The response body is always drained and closed so the connection
 // is reused.
-func (w *WebPush) Send(ctx context.Context, e *event.Event, ttl time.Duration) topology.Result {
+func (w *WebPush) Send(ctx context.Context, e *event.Event, ttl time.Duration) push.Result {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
 	defer cancel()
 	req, err := w.request(ctx, e, ttl)
 	if err != nil {
 		if errors.Is(err, errPayloadTooLarge) {
-			return topology.Result{Class: topology.ClassTooLarge, Err: err.Error()}
+			return push.Result{Class: push.TooLarge, Err: err.Error()}
 		}
 		return Classify(0, nil, err, w.cfg.Now())
 	}
 	resp, err := w.hc.Do(req)
 	if err != nil {
 		if isBlocked(err) {
-			return topology.Result{Class: topology.ClassBlocked, Err: "endpoint address refused at dial time"}
+			return push.Result{Class: push.Blocked, Err: "endpoint address refused at dial time"}
 		}
 		return Classify(0, nil, err, w.cfg.Now())
 	}

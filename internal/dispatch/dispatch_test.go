@@ -12,11 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierpush/tierpush/internal/push"
+
 	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/event"
 	"github.com/tierpush/tierpush/internal/netguard"
 	"github.com/tierpush/tierpush/internal/pushsim"
-	"github.com/tierpush/tierpush/topology"
 )
 
 const subject = "mailto:ops@example.com"
@@ -143,7 +144,7 @@ func TestWebPushSend(t *testing.T) {
 		wantTTL     int
 		wantUrgency string
 		wantTopic   string
-		want        topology.Result // Err not compared
+		want        push.Result // Err not compared
 	}{
 		{
 			name:        "delivered with urgency and topic",
@@ -152,7 +153,7 @@ func TestWebPushSend(t *testing.T) {
 			ttl:         42 * time.Second,
 			wantPayload: []byte("hello, world ✓"),
 			wantTTL:     42, wantUrgency: "high", wantTopic: "order-42",
-			want: topology.Result{Class: topology.ClassDelivered, Status: 201},
+			want: push.Result{Class: push.Delivered, Status: 201},
 		},
 		{
 			name:        "delivered, binary payload of the maximum size",
@@ -160,7 +161,7 @@ func TestWebPushSend(t *testing.T) {
 			ttl:         24 * time.Hour,
 			wantPayload: maxPayload,
 			wantTTL:     86400, wantUrgency: "very-low",
-			want: topology.Result{Class: topology.ClassDelivered, Status: 201},
+			want: push.Result{Class: push.Delivered, Status: 201},
 		},
 		{
 			name:        "delivered, every byte value",
@@ -169,14 +170,14 @@ func TestWebPushSend(t *testing.T) {
 			ttl:         time.Hour,
 			wantPayload: binaryPayload(256),
 			wantTTL:     3600,
-			want:        topology.Result{Class: topology.ClassDelivered, Status: 202},
+			want:        push.Result{Class: push.Delivered, Status: 202},
 		},
 		{
 			name:        "empty push",
 			ttl:         time.Minute,
 			wantPayload: []byte{},
 			wantTTL:     60,
-			want:        topology.Result{Class: topology.ClassDelivered, Status: 201},
+			want:        push.Result{Class: push.Delivered, Status: 201},
 		},
 		{
 			name:        "remaining ttl truncated to whole seconds",
@@ -184,7 +185,7 @@ func TestWebPushSend(t *testing.T) {
 			ttl:         42*time.Second + 900*time.Millisecond,
 			wantPayload: []byte("x"),
 			wantTTL:     42,
-			want:        topology.Result{Class: topology.ClassDelivered, Status: 201},
+			want:        push.Result{Class: push.Delivered, Status: 201},
 		},
 		{
 			name:        "sub-second ttl is not sent as 0",
@@ -192,7 +193,7 @@ func TestWebPushSend(t *testing.T) {
 			ttl:         500 * time.Millisecond,
 			wantPayload: []byte("x"),
 			wantTTL:     1,
-			want:        topology.Result{Class: topology.ClassDelivered, Status: 201},
+			want:        push.Result{Class: push.Delivered, Status: 201},
 		},
 		{
 			name:        "ttl 0: now or never",
@@ -200,7 +201,7 @@ func TestWebPushSend(t *testing.T) {
 			ttl:         0,
 			wantPayload: []byte("x"),
 			wantTTL:     0,
-			want:        topology.Result{Class: topology.ClassDelivered, Status: 201},
+			want:        push.Result{Class: push.Delivered, Status: 201},
 		},
 		{
 			name:        "gone",
@@ -208,7 +209,7 @@ func TestWebPushSend(t *testing.T) {
 			extra:       map[string]any{"payload": "x"},
 			ttl:         time.Minute,
 			wantPayload: []byte("x"), wantTTL: 60,
-			want: topology.Result{Class: topology.ClassGone, Status: 410},
+			want: push.Result{Class: push.Gone, Status: 410},
 		},
 		{
 			name:        "rate limited with Retry-After",
@@ -216,7 +217,7 @@ func TestWebPushSend(t *testing.T) {
 			extra:       map[string]any{"payload": "x", "urgency": "low", "topic": "t"},
 			ttl:         time.Minute,
 			wantPayload: []byte("x"), wantTTL: 60, wantUrgency: "low", wantTopic: "t",
-			want: topology.Result{Class: topology.ClassRetryable, Status: 429, RetryAfter: 7 * time.Second},
+			want: push.Result{Class: push.Retryable, Status: 429, RetryAfter: 7 * time.Second},
 		},
 		{
 			name:        "unavailable",
@@ -224,7 +225,7 @@ func TestWebPushSend(t *testing.T) {
 			extra:       map[string]any{"payload": "x"},
 			ttl:         time.Minute,
 			wantPayload: []byte("x"), wantTTL: 60,
-			want: topology.Result{Class: topology.ClassRetryable, Status: 503},
+			want: push.Result{Class: push.Retryable, Status: 503},
 		},
 		{
 			name:        "WNS throttled",
@@ -232,7 +233,7 @@ func TestWebPushSend(t *testing.T) {
 			extra:       map[string]any{"payload": "x"},
 			ttl:         time.Minute,
 			wantPayload: []byte("x"), wantTTL: 60,
-			want: topology.Result{Class: topology.ClassRetryable, Status: 406},
+			want: push.Result{Class: push.Retryable, Status: 406},
 		},
 		{
 			name:        "too large",
@@ -240,7 +241,7 @@ func TestWebPushSend(t *testing.T) {
 			extra:       map[string]any{"payload": "x"},
 			ttl:         time.Minute,
 			wantPayload: []byte("x"), wantTTL: 60,
-			want: topology.Result{Class: topology.ClassTooLarge, Status: 413},
+			want: push.Result{Class: push.TooLarge, Status: 413},
 		},
 	}
 	for _, tt := range tests {
@@ -293,7 +294,7 @@ func TestWebPushSendBareSubject(t *testing.T) {
 		t.Fatal(err)
 	}
 	sub := srv.Subscribe()
-	if got := w.Send(context.Background(), newEvent(t, sub, nil), time.Minute); got.Class != topology.ClassDelivered {
+	if got := w.Send(context.Background(), newEvent(t, sub, nil), time.Minute); got.Class != push.Delivered {
 		t.Fatalf("Send() = %+v, want delivered", got)
 	}
 	if d := onlyDelivery(t, srv, sub); d.Subject != "mailto:ops@example.com" {
@@ -311,7 +312,7 @@ func TestWebPushJWTReuse(t *testing.T) {
 	send := func(srv *pushsim.Server) pushsim.Delivery {
 		t.Helper()
 		sub := srv.Subscribe()
-		if got := w.Send(context.Background(), newEvent(t, sub, map[string]any{"payload": "x"}), time.Minute); got.Class != topology.ClassDelivered {
+		if got := w.Send(context.Background(), newEvent(t, sub, map[string]any{"payload": "x"}), time.Minute); got.Class != push.Delivered {
 			t.Fatalf("Send() = %+v, want delivered", got)
 		}
 		d := onlyDelivery(t, srv, sub)
@@ -361,7 +362,7 @@ func TestWebPushConcurrentSendsShareJWT(t *testing.T) {
 		subs[i] = srv.Subscribe()
 		events[i] = newEvent(t, subs[i], map[string]any{"payload": "x"})
 	}
-	results := make([]topology.Result, n)
+	results := make([]push.Result, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() { results[i] = w.Send(context.Background(), events[i], time.Minute) })
@@ -369,7 +370,7 @@ func TestWebPushConcurrentSendsShareJWT(t *testing.T) {
 	wg.Wait()
 	jwts := make(map[string]bool)
 	for i, r := range results {
-		if r.Class != topology.ClassDelivered {
+		if r.Class != push.Delivered {
 			t.Errorf("send %d = %+v, want delivered", i, r)
 		}
 		jwts[onlyDelivery(t, srv, subs[i]).JWT] = true
@@ -403,7 +404,7 @@ func TestWebPushPayloadNotWrittenPastLength(t *testing.T) {
 			}
 			e.Payload = buf[:tt.n]
 
-			if got := w.Send(context.Background(), e, time.Minute); got.Class != topology.ClassDelivered {
+			if got := w.Send(context.Background(), e, time.Minute); got.Class != push.Delivered {
 				t.Fatalf("Send() = %+v, want delivered", got)
 			}
 			if !bytes.Equal(buf[:tt.n], want) {
@@ -437,7 +438,7 @@ func TestWebPushTransportErrors(t *testing.T) {
 		sub.Endpoint = "http://" + addr + "/push/" + sub.ID
 		w := newSender(t, keys, dispatch.Config{})
 		got := w.Send(context.Background(), newEvent(t, sub, nil), time.Minute)
-		if got.Class != topology.ClassRetryable || got.Status != 0 {
+		if got.Class != push.Retryable || got.Status != 0 {
 			t.Errorf("Send() = %+v, want retryable without a status", got)
 		}
 		if !strings.HasPrefix(got.Err, "connection error") || strings.Contains(got.Err, addr) || strings.Contains(got.Err, sub.ID) {
@@ -452,7 +453,7 @@ func TestWebPushTransportErrors(t *testing.T) {
 		sub := srv.Subscribe(pushsim.Response{Latency: time.Hour})
 		w := newSender(t, keys, dispatch.Config{Timeout: 50 * time.Millisecond})
 		got := w.Send(context.Background(), newEvent(t, sub, nil), time.Minute)
-		if got.Class != topology.ClassRetryable || got.Err != "timeout" {
+		if got.Class != push.Retryable || got.Err != "timeout" {
 			t.Errorf("Send() = %+v, want retryable timeout", got)
 		}
 	})
@@ -472,7 +473,7 @@ func TestWebPushTransportErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := w.Send(context.Background(), newEvent(t, sub, nil), time.Minute)
-		if got.Class != topology.ClassBlocked {
+		if got.Class != push.Blocked {
 			t.Errorf("Send() = %+v, want blocked", got)
 		}
 		if dials.Load() == 0 {
@@ -490,7 +491,7 @@ func TestWebPushTransportErrors(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		got := w.Send(ctx, newEvent(t, sub, nil), time.Minute)
-		if got.Class != topology.ClassRetryable || got.Err != "connection error" {
+		if got.Class != push.Retryable || got.Err != "connection error" {
 			t.Errorf("Send() = %+v, want retryable connection error", got)
 		}
 		if n := srv.Requests(); n != 0 {
@@ -505,7 +506,7 @@ func TestWebPushTransportErrors(t *testing.T) {
 		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 		defer cancel()
 		got := w.Send(ctx, newEvent(t, sub, nil), time.Minute)
-		if got.Class != topology.ClassRetryable || got.Err != "timeout" {
+		if got.Class != push.Retryable || got.Err != "timeout" {
 			t.Errorf("Send() = %+v, want retryable timeout", got)
 		}
 	})

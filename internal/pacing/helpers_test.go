@@ -8,9 +8,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tierpush/tierpush/internal/push"
+
 	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/tiers"
-	"github.com/tierpush/tierpush/topology"
 )
 
 // The tests run in synctest bubbles on the bubble's clock: the pacer
@@ -74,31 +75,31 @@ func (r *recorder) brief() []ev {
 
 // Send results.
 var (
-	ok          = topology.Result{Class: topology.ClassDelivered, Status: 201}
-	throttled   = topology.Result{Class: topology.ClassRetryable, Status: 429}
-	unavailable = topology.Result{Class: topology.ClassRetryable, Status: 503}
-	transport   = topology.Result{Class: topology.ClassRetryable, Err: "timeout"}
-	wnsThrottle = topology.Result{Class: topology.ClassRetryable, Status: 406}
-	rejected    = topology.Result{Class: topology.ClassRejected, Status: 400}
-	deferred    = topology.Result{Class: topology.ClassDeferred}
+	ok          = push.Result{Class: push.Delivered, Status: 201}
+	throttled   = push.Result{Class: push.Retryable, Status: 429}
+	unavailable = push.Result{Class: push.Retryable, Status: 503}
+	transport   = push.Result{Class: push.Retryable, Err: "timeout"}
+	wnsThrottle = push.Result{Class: push.Retryable, Status: 406}
+	rejected    = push.Result{Class: push.Rejected, Status: 400}
+	deferred    = push.Result{Class: push.Deferred}
 )
 
-func throttledFor(ra time.Duration) topology.Result {
+func throttledFor(ra time.Duration) push.Result {
 	r := throttled
 	r.RetryAfter = ra
 	return r
 }
 
-func rep(n int, r topology.Result) []topology.Result {
-	out := make([]topology.Result, n)
+func rep(n int, r push.Result) []push.Result {
+	out := make([]push.Result, n)
 	for i := range out {
 		out[i] = r
 	}
 	return out
 }
 
-func cat(rs ...[]topology.Result) []topology.Result {
-	var out []topology.Result
+func cat(rs ...[]push.Result) []push.Result {
+	var out []push.Result
 	for _, r := range rs {
 		out = append(out, r...)
 	}
@@ -106,7 +107,7 @@ func cat(rs ...[]topology.Result) []topology.Result {
 }
 
 // storm is n429 answers 429 followed by nOK successes.
-func storm(n429, nOK int) []topology.Result {
+func storm(n429, nOK int) []push.Result {
 	return cat(rep(n429, throttled), rep(nOK, ok))
 }
 
@@ -183,7 +184,7 @@ func (h *harness) acquire(req pacing.Request) *pacing.Slot {
 }
 
 // send makes one send per result, each from a new subscription.
-func (h *harness) send(results ...topology.Result) {
+func (h *harness) send(results ...push.Result) {
 	h.t.Helper()
 	for _, r := range results {
 		h.acquire(h.req(tiers.Tier1, false)).Done(r)
@@ -220,7 +221,7 @@ func (h *harness) spawn(ctx context.Context, name string, req pacing.Request, ou
 }
 
 // wave sends len(results) at once: all granted now, answered lat later.
-func (h *harness) wave(lat time.Duration, results []topology.Result) {
+func (h *harness) wave(lat time.Duration, results []push.Result) {
 	h.t.Helper()
 	slots := make([]*pacing.Slot, len(results))
 	for i := range slots {
@@ -249,7 +250,7 @@ func next(t testing.TB, out <-chan got) got {
 // step advances the clock by after, then sends.
 type step struct {
 	after time.Duration
-	send  []topology.Result
+	send  []push.Result
 }
 
 func (h *harness) run(steps []step) {
@@ -261,7 +262,7 @@ func (h *harness) run(steps []step) {
 }
 
 // every repeats send n times, period apart (the first after one period).
-func every(period time.Duration, n int, send []topology.Result) []step {
+func every(period time.Duration, n int, send []push.Result) []step {
 	out := make([]step, n)
 	for i := range out {
 		out[i] = step{after: period, send: send}

@@ -6,10 +6,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tierpush/tierpush/internal/push"
+
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/tierpush/tierpush/tiers"
-	"github.com/tierpush/tierpush/topology"
 )
 
 // Request asks for a slot to send one notification.
@@ -145,18 +146,18 @@ func (p *Pacer) Acquire(ctx context.Context, req Request) (*Slot, time.Time) {
 	}
 	g := <-w.ch
 	if g.slot != nil {
-		g.slot.Done(topology.Result{Class: topology.ClassDeferred})
+		g.slot.Done(push.Result{Class: push.Deferred})
 	}
 	return nil, time.Time{}
 }
 
 // Done reports the result of the send and frees the slot.
-func (s *Slot) Done(r topology.Result) {
+func (s *Slot) Done(r push.Result) {
 	if s.l == nil {
 		return
 	}
 	now := s.p.now()
-	throttled := r.Status == 429 || (r.Status == 406 && r.Class == topology.ClassRetryable)
+	throttled := r.Status == 429 || (r.Status == 406 && r.Class == push.Retryable)
 	if throttled {
 		pause := max(r.RetryAfter, s.p.cfg.DefaultPause)
 		s.p.subs.Add(s.req.Sub, now.Add(pause))
@@ -539,10 +540,10 @@ func (l *lane) pickLocked() *waiter {
 
 // done records a result, adapts the limit and breaker, and hands freed
 // slots to waiters.
-func (l *lane) done(s *Slot, r topology.Result, throttled bool, now time.Time) {
+func (l *lane) done(s *Slot, r push.Result, throttled bool, now time.Time) {
 	p := s.p
-	failed := !throttled && r.Class == topology.ClassRetryable && !s.req.Failing
-	repeat := !throttled && r.Class == topology.ClassRetryable && s.req.Failing
+	failed := !throttled && r.Class == push.Retryable && !s.req.Failing
+	repeat := !throttled && r.Class == push.Retryable && s.req.Failing
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inFlight--
@@ -554,7 +555,7 @@ func (l *lane) done(s *Slot, r topology.Result, throttled bool, now time.Time) {
 	} else if s.req.Retry {
 		l.retries--
 	}
-	if r.Class == topology.ClassDeferred || repeat {
+	if r.Class == push.Deferred || repeat {
 		// No send was made, or one that says nothing of the origin (a
 		// probe that fails again this way leaves the next probe to decide).
 		l.wakeLocked(p, now)
@@ -580,7 +581,7 @@ func (l *lane) done(s *Slot, r topology.Result, throttled bool, now time.Time) {
 	if throttled {
 		l.senderWideLocked(p, s.req.Sub, r.RetryAfter, now)
 	}
-	if r.Class == topology.ClassDelivered {
+	if r.Class == push.Delivered {
 		b.ok++
 	}
 	if !throttled {

@@ -8,9 +8,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tierpush/tierpush/internal/push"
+
 	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/tiers"
-	"github.com/tierpush/tierpush/topology"
 )
 
 type throttleAt struct {
@@ -165,7 +166,7 @@ func TestHaltedWaiters(t *testing.T) {
 	tests := []struct {
 		name       string
 		edit       func(*pacing.Config)
-		answer     topology.Result
+		answer     push.Result
 		wantUntil  time.Duration
 		wantHeldT1 bool // tier 1 stays queued and is granted at wantUntil
 		wantEvents []string

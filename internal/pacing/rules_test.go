@@ -8,9 +8,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tierpush/tierpush/internal/push"
+
 	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/tiers"
-	"github.com/tierpush/tierpush/topology"
 )
 
 const s = time.Second
@@ -383,7 +384,7 @@ func TestBreaker(t *testing.T) {
 
 	tests := []struct {
 		name        string
-		answer      topology.Result
+		answer      push.Result
 		wantEvents  []ev
 		wantBreaker string
 		wantLimit   int
@@ -431,7 +432,7 @@ func TestBreaker(t *testing.T) {
 func TestSubscriptionPause(t *testing.T) {
 	tests := []struct {
 		name   string
-		answer topology.Result
+		answer push.Result
 		want   time.Duration // the pause; 0: none
 	}{
 		{"429 with Retry-After", throttledFor(30 * s), 30 * s},
@@ -484,7 +485,7 @@ func TestLanes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, func(c *pacing.Config) { c.MaxLimit = 2; c.SenderWideSubs = 3 })
 		at := func(o string) pacing.Request { r := h.req(tiers.Tier1, false); r.Origin = o; return r }
-		sendTo := func(o string, rs ...topology.Result) {
+		sendTo := func(o string, rs ...push.Result) {
 			for _, r := range rs {
 				h.acquire(at(o)).Done(r)
 			}
@@ -676,7 +677,7 @@ func TestFailingNotifications(t *testing.T) {
 }
 
 // spread is k 429s spread evenly over n answers, the last one a 429.
-func spread(k, n int) []topology.Result {
+func spread(k, n int) []push.Result {
 	out := rep(n, ok)
 	for i := range k {
 		out[n-1-i*n/k] = throttled

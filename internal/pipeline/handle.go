@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tierpush/tierpush/internal/push"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -109,15 +111,15 @@ func (p *Processor) route(ctx context.Context, ps *partition, t *tracked) []*kgo
 		in.Deadline = ev.CreatedAt.Add(ev.TTL)
 	}
 	expired := topology.Decision{Action: topology.ActionDeadLetter, Outcome: topology.OutcomeExpired, Reason: topology.ReasonTTLExpired}
-	var res topology.Result
+	var res push.Result
 	var span trace.Span // the send's span, ended once the result is routed
 	switch {
 	case meta.NotBefore.After(now):
 		// A hop through the last step: Retry-After is not honoured yet.
-		res = topology.Result{Class: topology.ClassDeferred, Status: meta.Status}
+		res = push.Result{Class: push.Deferred, Status: meta.Status}
 		trace.SpanFromContext(ctx).AddEvent("push.hop", trace.WithAttributes(attribute.String("push.not_before", meta.NotBefore.UTC().Format(time.RFC3339Nano))))
 	case p.isGone(ev, now):
-		res = topology.Result{Class: topology.ClassGone, Status: meta.Status}
+		res = push.Result{Class: push.Gone, Status: meta.Status}
 		trace.SpanFromContext(ctx).AddEvent("push.tombstoned")
 	default:
 		ttl := time.Duration(0)
@@ -141,7 +143,7 @@ func (p *Processor) route(ctx context.Context, ps *partition, t *tracked) []*kgo
 		if slot == nil {
 			// Halted, paused or over the origin's queue: back to the
 			// ladder without spending an attempt.
-			res = topology.Result{Class: topology.ClassDeferred, Status: meta.Status}
+			res = push.Result{Class: push.Deferred, Status: meta.Status}
 			if until.After(in.NotBefore) {
 				in.NotBefore = until
 			}
@@ -170,12 +172,12 @@ func (p *Processor) route(ctx context.Context, ps *partition, t *tracked) []*kgo
 		if res.RetryAfter > 0 {
 			span.SetAttributes(attribute.Float64("push.retry_after_s", res.RetryAfter.Seconds()))
 		}
-		if res.Class != topology.ClassDelivered {
+		if res.Class != push.Delivered {
 			span.SetStatus(codes.Error, res.Err)
 		}
 		p.stats.sent(ev.Origin(), res)
 		p.hooks.Sent(SendInfo{Tier: src.Tier, Step: stepName(src), Origin: ev.Origin(), Attempt: in.Attempt, Result: res, Took: in.Now.Sub(started), Lateness: lateness})
-		if ev.TTL == 0 && res.Class == topology.ClassRetryable {
+		if ev.TTL == 0 && res.Class == push.Retryable {
 			meta.Attempt, meta.Status = in.Attempt, res.Status
 			endSend(span, expired)
 			return p.terminal(r, ev, meta, expired, res, in.Now)
@@ -188,7 +190,7 @@ func (p *Processor) route(ctx context.Context, ps *partition, t *tracked) []*kgo
 	// carries the previous one.
 	meta.Attempt, meta.Status = in.Attempt, res.Status
 	if d.Action == topology.ActionRetry {
-		p.hooks.Retried(RetryInfo{Tier: src.Tier, Step: tiers.StepName(d.Delay), Deferred: res.Class == topology.ClassDeferred, RetryAfter: res.RetryAfter > 0})
+		p.hooks.Retried(RetryInfo{Tier: src.Tier, Step: tiers.StepName(d.Delay), Deferred: res.Class == push.Deferred, RetryAfter: res.RetryAfter > 0})
 		return []*kgo.Record{p.retry(r, src, meta, d, in.Now)}
 	}
 	if d.Reason == topology.ReasonGone {
@@ -276,7 +278,7 @@ func (p *Processor) retry(r *kgo.Record, src topology.Source, meta topology.Meta
 
 // terminal builds the records of an event's end: DLQ and outcome, or the
 // unsubscribe event and outcome, or the outcome alone.
-func (p *Processor) terminal(r *kgo.Record, e *event.Event, meta topology.Meta, d topology.Decision, res topology.Result, now time.Time) []*kgo.Record {
+func (p *Processor) terminal(r *kgo.Record, e *event.Event, meta topology.Meta, d topology.Decision, res push.Result, now time.Time) []*kgo.Record {
 	info := outcomeInfo{
 		id: e.ID, outcome: d.Outcome, reason: d.Reason, tier: p.tierOf(r),
 		endpointHash: e.EndpointHash(), latency: now.Sub(e.CreatedAt), now: now,
@@ -287,7 +289,7 @@ func (p *Processor) terminal(r *kgo.Record, e *event.Event, meta topology.Meta, 
 		p.stats.delivered.Add(1)
 	case topology.OutcomeGone:
 		p.stats.gone.Add(1)
-		if res.Class == topology.ClassGone && res.Status != 0 {
+		if res.Class == push.Gone && res.Status != 0 {
 			out = append(out, p.goneEvent(r, e, meta.Status, now))
 		}
 	default:
@@ -333,22 +335,8 @@ type outcomeInfo struct {
 	now          time.Time
 }
 
-// OutcomeRecord is the JSON value of a push.outcomes record.
-type OutcomeRecord struct {
-	ID           string `json:"id"`
-	Outcome      string `json:"outcome"`
-	Reason       string `json:"reason"`
-	Status       int    `json:"status"`
-	Attempts     int    `json:"attempts"`
-	Tier         string `json:"tier,omitempty"`
-	EndpointHash string `json:"endpoint_hash,omitempty"`
-	LatencyMS    int64  `json:"latency_ms"`
-	FirstSeen    int64  `json:"first_seen"`
-	At           int64  `json:"at"`
-}
-
 func (p *Processor) outcome(r *kgo.Record, meta topology.Meta, o outcomeInfo) *kgo.Record {
-	v, _ := json.Marshal(OutcomeRecord{
+	v, _ := json.Marshal(topology.OutcomeRecord{
 		ID: o.id, Outcome: string(o.outcome), Reason: string(o.reason), Status: meta.Status,
 		Attempts: meta.Attempt, Tier: o.tier, EndpointHash: o.endpointHash,
 		LatencyMS: o.latency.Milliseconds(), FirstSeen: meta.FirstSeen.UnixMilli(), At: o.now.UnixMilli(),
@@ -360,17 +348,8 @@ func (p *Processor) outcome(r *kgo.Record, meta topology.Meta, o outcomeInfo) *k
 	return &kgo.Record{Topic: p.cfg.Names.Outcomes(), Key: []byte(o.id), Value: v, Headers: hs}
 }
 
-// GoneRecord is the JSON value of a push.gone unsubscribe event.
-type GoneRecord struct {
-	Endpoint     string `json:"endpoint"`
-	EndpointHash string `json:"endpoint_hash"`
-	EventID      string `json:"event_id"`
-	Status       int    `json:"status"`
-	At           string `json:"at"`
-}
-
 func (p *Processor) goneEvent(r *kgo.Record, e *event.Event, status int, now time.Time) *kgo.Record {
-	v, _ := json.Marshal(GoneRecord{
+	v, _ := json.Marshal(topology.GoneRecord{
 		Endpoint: e.Endpoint, EndpointHash: e.EndpointHash(), EventID: e.ID,
 		Status: status, At: now.UTC().Format(time.RFC3339Nano),
 	})

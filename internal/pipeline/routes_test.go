@@ -11,7 +11,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/internal/testenv"
 	"github.com/tierpush/tierpush/tiers"
@@ -128,7 +127,7 @@ func TestGone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var g pipeline.GoneRecord
+		var g topology.GoneRecord
 		if err := json.Unmarshal(recs[0].Value, &g); err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tierpush/tierpush/internal/push"
+
 	"github.com/tierpush/tierpush/tiers"
 	"github.com/tierpush/tierpush/topology"
 )
@@ -29,7 +31,7 @@ type SendInfo struct {
 	Step     string // "first" or the retry step's delay
 	Origin   string // push service origin, never the endpoint
 	Attempt  int
-	Result   topology.Result
+	Result   push.Result
 	Took     time.Duration
 	Lateness time.Duration // retries: how long after its due time it was sent
 }
@@ -125,7 +127,7 @@ func (s *Stats) deferred(origin string) {
 	s.mu.Unlock()
 }
 
-func (s *Stats) sent(origin string, r topology.Result) {
+func (s *Stats) sent(origin string, r push.Result) {
 	s.mu.Lock()
 	o := s.originLocked(origin)
 	o.Sends++

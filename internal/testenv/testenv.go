@@ -359,7 +359,7 @@ func (e *Env) Produce(ctx context.Context, rs ...*kgo.Record) {
 
 // Outcome is a record read from push.outcomes.
 type Outcome struct {
-	pipeline.OutcomeRecord
+	topology.OutcomeRecord
 	Headers map[string]string
 }
 

@@ -24,7 +24,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/tiers"
 	"github.com/tierpush/tierpush/topology"
@@ -695,7 +694,7 @@ func (c *cluster) dumpLogs() {
 // across broker restarts.
 type ledger struct {
 	mu      sync.Mutex
-	recs    map[string][]pipeline.OutcomeRecord
+	recs    map[string][]topology.OutcomeRecord
 	firstAt map[string]time.Time // when the suite first read each id
 	total   int
 	bad     []string
@@ -704,7 +703,7 @@ type ledger struct {
 
 func startLedger(t *testing.T, brokerAddr string) *ledger {
 	t.Helper()
-	l := &ledger{recs: make(map[string][]pipeline.OutcomeRecord), firstAt: make(map[string]time.Time)}
+	l := &ledger{recs: make(map[string][]topology.OutcomeRecord), firstAt: make(map[string]time.Time)}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokerAddr), kgo.ConsumeTopics(names.Outcomes()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(250*time.Millisecond))
 	if err != nil {
@@ -722,7 +721,7 @@ func startLedger(t *testing.T, brokerAddr string) *ledger {
 			now := time.Now()
 			l.mu.Lock()
 			fs.EachRecord(func(r *kgo.Record) {
-				var o pipeline.OutcomeRecord
+				var o topology.OutcomeRecord
 				if err := json.Unmarshal(r.Value, &o); err != nil || o.ID != string(r.Key) {
 					l.bad = append(l.bad, fmt.Sprintf("%s/%d@%d: %q", r.Topic, r.Partition, r.Offset, r.Value))
 					return
@@ -801,10 +800,10 @@ func (l *ledger) missing(evs []*event) int {
 }
 
 // records returns a copy of the records of id.
-func (l *ledger) records(id string) []pipeline.OutcomeRecord {
+func (l *ledger) records(id string) []topology.OutcomeRecord {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]pipeline.OutcomeRecord(nil), l.recs[id]...)
+	return append([]topology.OutcomeRecord(nil), l.recs[id]...)
 }
 
 func (l *ledger) first(id string) time.Time {
