@@ -37,7 +37,7 @@ func BenchmarkTracing(b *testing.B) {
 				if traced {
 					tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 					b.Cleanup(func() { tp.Shutdown(context.Background()) })
-					o.ProcessorOptions = []pipeline.Option{pipeline.WithTracing(telemetry.NewKafkaTracer(tp, "tierpush", "tierpush"), tp)}
+					o.ProcessorOptions = telemetry.PipelineTracing(tp, "tierpush", "tierpush")
 				}
 				env := testenv.Start(b, o)
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/internal/testenv"
 	"github.com/tierpush/tierpush/telemetry"
@@ -72,9 +71,7 @@ func TestJaegerEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := testenv.Start(t, testenv.Options{Partitions: 1, ProcessorOptions: []pipeline.Option{
-		pipeline.WithTracing(telemetry.NewKafkaTracer(tp, "tierpush", "tierpush"), tp),
-	}})
+	env := testenv.Start(t, testenv.Options{Partitions: 1, ProcessorOptions: telemetry.PipelineTracing(tp, "tierpush", "tierpush")})
 	sub := env.Sim.Subscribe(pushsim.Response{Status: 503}, pushsim.Response{Status: 500})
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 	env.Produce(ctx, &kgo.Record{Topic: env.Names.Tier(tiers.Tier1), Key: []byte(sub.ID),

@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/tierpush/tierpush/internal/deliver"
 	"github.com/tierpush/tierpush/internal/pacing"
-	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/topology"
 )
 
@@ -40,7 +40,7 @@ type Metrics struct {
 	sendLatency metric.Float64Histogram
 }
 
-var _ pipeline.Hooks = (*Metrics)(nil)
+var _ deliver.Hooks = (*Metrics)(nil)
 
 // NewMetrics returns the metrics of one process.
 func NewMetrics(ctx context.Context) (*Metrics, error) {
@@ -182,7 +182,7 @@ func breakerState(s string) int64 {
 func (m *Metrics) Shutdown(ctx context.Context) error { return m.provider.Shutdown(ctx) }
 
 // Sent counts a send.
-func (m *Metrics) Sent(s pipeline.SendInfo) {
+func (m *Metrics) Sent(s deliver.SendInfo) {
 	ctx := context.Background()
 	m.sends.Add(ctx, 1, metric.WithAttributes(
 		attribute.String("origin", s.Origin), attribute.String("tier", s.Tier.String()),
@@ -195,7 +195,7 @@ func (m *Metrics) Sent(s pipeline.SendInfo) {
 }
 
 // Retried counts a record routed to a retry step.
-func (m *Metrics) Retried(r pipeline.RetryInfo) {
+func (m *Metrics) Retried(r deliver.RetryInfo) {
 	ctx := context.Background()
 	m.retries.Add(ctx, 1, metric.WithAttributes(attribute.String("tier", r.Tier.String()), attribute.String("step", r.Step), attribute.Bool("deferred", r.Deferred)))
 	if r.RetryAfter {
@@ -209,7 +209,7 @@ func (m *Metrics) DeadLettered(reason topology.Reason) {
 }
 
 // Finished counts a terminal outcome.
-func (m *Metrics) Finished(f pipeline.FinishInfo) {
+func (m *Metrics) Finished(f deliver.FinishInfo) {
 	ctx := context.Background()
 	attrs := metric.WithAttributes(attribute.String("outcome", string(f.Outcome)), attribute.String("reason", string(f.Reason)), attribute.String("tier", f.Tier))
 	m.outcomes.Add(ctx, 1, attrs)

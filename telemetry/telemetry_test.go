@@ -16,7 +16,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/internal/testenv"
 	"github.com/tierpush/tierpush/telemetry"
@@ -39,9 +38,7 @@ func TestOneTracePerEvent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		exp := tracetest.NewInMemoryExporter()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-		env := testenv.Start(t, testenv.Options{Virtual: true, Partitions: 1, ProcessorOptions: []pipeline.Option{
-			pipeline.WithTracing(telemetry.NewKafkaTracer(tp, "tierpush", "tierpush"), tp),
-		}})
+		env := testenv.Start(t, testenv.Options{Virtual: true, Partitions: 1, ProcessorOptions: telemetry.PipelineTracing(tp, "tierpush", "tierpush")})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
 		sub := env.Sim.Subscribe(pushsim.Response{Status: 503}, pushsim.Response{Status: 429, RetryAfter: "3"})

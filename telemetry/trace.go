@@ -5,11 +5,21 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"os"
+	"strconv"
+	"time"
 
+	"github.com/tierpush/tierpush/internal/deliver"
+	"github.com/tierpush/tierpush/internal/pipeline"
+	"github.com/tierpush/tierpush/internal/push"
+	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kotel"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -87,4 +97,113 @@ func NewKafkaTracer(tp trace.TracerProvider, clientID, group string) *kotel.Trac
 func HashKey(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
+}
+
+// Tracing follows each record through the engine (deliver.Tracer): kotel's
+// process span continues the record's trace (upstream's, or the retry
+// hop's), every record produced for it is its child, and the hold and send
+// spans are written from the record's report once its records are
+// acknowledged, with the times the engine measured.
+type Tracing struct {
+	kt     *kotel.Tracer
+	tracer trace.Tracer
+}
+
+var _ deliver.Tracer = (*Tracing)(nil)
+
+// NewTracing returns the tracing of the engine; kt is the Kafka client's
+// tracer (NewKafkaTracer), whose hooks go on the client.
+func NewTracing(kt *kotel.Tracer, tp trace.TracerProvider) *Tracing {
+	return &Tracing{kt: kt, tracer: tp.Tracer("github.com/tierpush/tierpush/internal/deliver")}
+}
+
+// Start begins r's process span.
+func (t *Tracing) Start(ctx context.Context, r *kgo.Record) context.Context {
+	pctx, _ := t.kt.WithProcessSpan(r)
+	// The partition's cancellation still reaches the handler; the span's
+	// context travels in the produced records.
+	return trace.ContextWithSpan(ctx, trace.SpanFromContext(pctx))
+}
+
+// End writes the hold and send spans of rep and ends the process span.
+func (t *Tracing) End(ctx context.Context, rep *deliver.Report) {
+	span := trace.SpanFromContext(ctx)
+	defer span.End()
+	if rep.EventID != "" {
+		span.SetAttributes(attribute.String("push.event_id", rep.EventID), attribute.String("push.origin", rep.Origin))
+	}
+	if rep.Held {
+		_, s := t.tracer.Start(ctx, "push.hold", trace.WithTimestamp(rep.Received), trace.WithAttributes(
+			attribute.String("push.step", rep.Step),
+			attribute.String("push.due", rep.Due.UTC().Format(time.RFC3339Nano)),
+			attribute.Float64("push.lateness_s", rep.PickedUp.Sub(rep.Due).Seconds()),
+		))
+		s.End(trace.WithTimestamp(rep.PickedUp))
+	}
+	switch {
+	case rep.Abandoned:
+		span.AddEvent("push.handed_back")
+	case rep.Hop:
+		span.AddEvent("push.hop")
+	case rep.Tombstoned:
+		span.AddEvent("push.tombstoned")
+	case !rep.DeferredUntil.IsZero():
+		span.AddEvent("push.deferred_by_pacing", trace.WithAttributes(attribute.String("push.not_before", rep.DeferredUntil.UTC().Format(time.RFC3339Nano))))
+	}
+	if len(rep.Dead) > 0 && !rep.Sent {
+		span.SetStatus(codes.Error, string(rep.Dead[0]))
+	}
+	if rep.Sent {
+		t.sendSpan(ctx, rep)
+	}
+}
+
+// sendSpan is the client span of one push: server.address names the push
+// service host (never the URL), error.type the class of a failed send.
+func (t *Tracing) sendSpan(ctx context.Context, rep *deliver.Report) {
+	host := rep.Origin
+	if u, err := url.Parse(rep.Origin); err == nil && u.Hostname() != "" {
+		host = u.Hostname()
+	}
+	_, s := t.tracer.Start(ctx, "push.send", trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(rep.SendStart), trace.WithAttributes(
+		semconv.ServerAddress(host),
+		attribute.String("push.event_id", rep.EventID),
+		attribute.Int("push.attempt", rep.Attempt),
+		attribute.String("push.tier", rep.Tier.String()),
+		attribute.String("push.step", rep.Step),
+		attribute.String("push.origin", rep.Origin),
+		attribute.String("push.subscription", rep.Sub),
+		attribute.Int64("push.ttl_s", int64(rep.TTL/time.Second)),
+		attribute.Float64("push.held_late_s", rep.Lateness.Seconds()),
+		attribute.Int("http.response.status_code", rep.Result.Status),
+		attribute.String("push.class", rep.Result.Class.String()),
+	))
+	if rep.Result.RetryAfter > 0 {
+		s.SetAttributes(attribute.Float64("push.retry_after_s", rep.Result.RetryAfter.Seconds()))
+	}
+	if rep.Result.Class != push.Delivered {
+		errType := rep.Result.Class.String()
+		if rep.Result.Status != 0 {
+			errType = strconv.Itoa(rep.Result.Status)
+		}
+		s.SetAttributes(semconv.ErrorTypeKey.String(errType))
+		s.SetStatus(codes.Error, rep.Result.Err)
+	}
+	d := rep.Decision
+	next := string(d.Outcome)
+	if d.Action == topology.ActionRetry {
+		next = "retry " + tiers.StepName(d.Delay)
+	}
+	s.SetAttributes(attribute.String("push.outcome", next))
+	if d.Reason != "" {
+		s.SetAttributes(attribute.String("push.reason", string(d.Reason)))
+	}
+	s.End(trace.WithTimestamp(rep.SendEnd))
+}
+
+// PipelineTracing traces the engine: kotel's hooks on its Kafka client
+// (named clientID, in group) and the engine's spans (Tracing).
+func PipelineTracing(tp trace.TracerProvider, clientID, group string) []pipeline.Option {
+	kt := NewKafkaTracer(tp, clientID, group)
+	return []pipeline.Option{pipeline.WithClientOpts(kgo.WithHooks(kt)), pipeline.WithTracer(NewTracing(kt, tp))}
 }

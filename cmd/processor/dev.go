@@ -15,6 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tierpush/tierpush/internal/deliver"
 	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/internal/pushsim"
@@ -137,7 +138,7 @@ func statusTable(ctx context.Context, w io.Writer, p *pipeline.Processor, sims [
 	}
 }
 
-func renderStatus(s pipeline.Snapshot, held map[string]int, lanes []pacing.LaneState, up time.Duration) string {
+func renderStatus(s deliver.Snapshot, held map[string]int, lanes []pacing.LaneState, up time.Duration) string {
 	byOrigin := make(map[string]pacing.LaneState, len(lanes))
 	for _, l := range lanes {
 		byOrigin[l.Origin] = l
@@ -146,15 +147,15 @@ func renderStatus(s pipeline.Snapshot, held map[string]int, lanes []pacing.LaneS
 	fmt.Fprintf(&b, "tierpush --dev   up %s   (Ctrl-C to stop)\n\n", up.Truncate(time.Second))
 	fmt.Fprintf(&b, "  delivered %-10d gone %-10d\n\n", s.Delivered, s.Gone)
 	fmt.Fprintf(&b, "  %-32s %12s %10s\n", "retry step", "routed", "held now")
-	for _, t := range pipeline.SortedKeys(s.Retries) {
+	for _, t := range deliver.SortedKeys(s.Retries) {
 		fmt.Fprintf(&b, "  %-32s %12d %10d\n", t, s.Retries[t], held[t])
 	}
 	fmt.Fprintf(&b, "\n  %-32s %12s\n", "dead letters by reason", "count")
-	for _, r := range pipeline.SortedKeys(s.DLQ) {
+	for _, r := range deliver.SortedKeys(s.DLQ) {
 		fmt.Fprintf(&b, "  %-32s %12d\n", r, s.DLQ[r])
 	}
 	fmt.Fprintf(&b, "\n  %-24s %9s %9s %8s %8s %7s %10s\n", "push service", "sends", "429 rate", "errors", "deferred", "limit", "breaker")
-	for _, o := range pipeline.SortedKeys(s.Origins) {
+	for _, o := range deliver.SortedKeys(s.Origins) {
 		st := s.Origins[o]
 		rate := 0.0
 		if st.Sends > 0 {

@@ -124,7 +124,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	defer flush(metrics.Shutdown, log)
 	popts := []pipeline.Option{pipeline.WithHooks(metrics)}
 	if telemetry.TracingEnabled() {
-		popts = append(popts, pipeline.WithTracing(telemetry.NewKafkaTracer(tp, "tierpush", cfg.Group), tp))
+		popts = append(popts, telemetry.PipelineTracing(tp, "tierpush", cfg.Group)...)
 		log.Info("tracing on", "endpoint", firstEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"))
 	}
 	kopts = append(kopts, kgo.WithHooks(metrics.KafkaMeter()))

@@ -204,6 +204,14 @@ func decode(value []byte, recordTime time.Time, rules Rules) (*Event, *Error) {
 		if err := ev.CreatedAt.UnmarshalText(s.bytes()); err != nil {
 			return nil, invalid(fieldCreatedAt, "not an RFC 3339 time")
 		}
+		// A created_at after the record was produced is clamped to
+		// then: the TTL counts from it, and one from the future would
+		// be sent longer than the event's own ttl and never expire on
+		// the ladder. The record's timestamp travels unchanged through
+		// every retry hop, so the clamp is the same at each.
+		if !recordTime.IsZero() && ev.CreatedAt.After(recordTime) {
+			ev.CreatedAt = recordTime
+		}
 	}
 	return ev, nil
 }

@@ -214,6 +214,11 @@ func TestDecodeValid(t *testing.T) {
 				t.Errorf("CreatedAt = %v, want %v", got, want)
 			}
 		}},
+		{"created_at in the future is clamped to the record's time", mutate(t, func(ev, sub, keys map[string]any) { ev["ttl"] = 60; ev["created_at"] = "2027-11-21T12:30:00Z" }), nil, func(t *testing.T, e *Event) {
+			if got, want := e.CreatedAt, recordTime; !got.Equal(want) {
+				t.Errorf("CreatedAt = %v, want the record's time %v", got, want)
+			}
+		}},
 		{"id max length and unicode", mutate(t, func(ev, sub, keys map[string]any) { ev["id"] = strings.Repeat("é", 128) }), nil, func(t *testing.T, e *Event) {
 			if got, want := len(e.ID), 256; got != want {
 				t.Errorf("len(ID) = %d, want %d", got, want)

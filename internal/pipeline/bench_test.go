@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tierpush/tierpush/internal/deliver"
 	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/internal/testenv"
@@ -18,12 +19,12 @@ import (
 
 // latencies collects the retry lateness the processor reports.
 type latencies struct {
-	pipeline.NopHooks
+	deliver.NopHooks
 	mu sync.Mutex
 	d  []time.Duration
 }
 
-func (l *latencies) Sent(s pipeline.SendInfo) {
+func (l *latencies) Sent(s deliver.SendInfo) {
 	if s.Step == "first" {
 		return
 	}

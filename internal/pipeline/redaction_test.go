@@ -21,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/tierpush/tierpush/internal/event"
-	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/internal/testenv"
 	"github.com/tierpush/tierpush/telemetry"
@@ -94,7 +93,7 @@ func TestRedaction(t *testing.T) {
 			LogLevel:         slog.LevelDebug,
 			KafkaLogs:        true,
 			Hooks:            metrics,
-			ProcessorOptions: []pipeline.Option{pipeline.WithTracing(telemetry.NewKafkaTracer(tp, "tierpush", "tierpush"), tp)},
+			ProcessorOptions: telemetry.PipelineTracing(tp, "tierpush", "tierpush"),
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		defer cancel()

@@ -26,6 +26,7 @@ import (
 
 	"github.com/tierpush/tierpush/internal/admin"
 	"github.com/tierpush/tierpush/internal/broker"
+	"github.com/tierpush/tierpush/internal/deliver"
 	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/netguard"
 	"github.com/tierpush/tierpush/internal/pipeline"
@@ -56,7 +57,7 @@ type Options struct {
 	// Log receives logs; default discard.
 	Log io.Writer
 	// Hooks observe the processor.
-	Hooks pipeline.Hooks
+	Hooks deliver.Hooks
 	// ProcessorOptions are passed to pipeline.New.
 	ProcessorOptions []pipeline.Option
 	// LogLevel is the level of what Log receives; default slog.LevelWarn.

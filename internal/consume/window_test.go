@@ -1,4 +1,4 @@
-package pipeline
+package consume
 
 import (
 	"slices"
@@ -13,12 +13,12 @@ type windowWaiter struct{ retry, tier int }
 // fakeStarts stands in for Processor.startOne: each partition has a count
 // of ready records, and every start is logged in order.
 type fakeStarts struct {
-	ready   map[*partition]int
-	started []*partition
+	ready   map[*worker]int
+	started []*worker
 }
 
-func (f *fakeStarts) start(ps *partition) (started, more bool) {
-	if ps.revoked || f.ready[ps] == 0 {
+func (f *fakeStarts) start(ps *worker) (started, more bool) {
+	if ps.closing || f.ready[ps] == 0 {
 		return false, false
 	}
 	f.ready[ps]--
@@ -26,14 +26,14 @@ func (f *fakeStarts) start(ps *partition) (started, more bool) {
 	return true, f.ready[ps] > 0
 }
 
-func (f *fakeStarts) partition(c windowWaiter, ready int) *partition {
-	ps := newPartition("t", 0, topology.Source{Tier: tiers.All[c.tier], Retry: c.retry == 1})
+func (f *fakeStarts) partition(c windowWaiter, ready int) *worker {
+	ps := &worker{src: topology.Source{Tier: tiers.All[c.tier], Retry: c.retry == 1}}
 	f.ready[ps] = ready
 	return ps
 }
 
 func newFakeWindow(size int, weights [3]int) (*window, *fakeStarts) {
-	f := &fakeStarts{ready: make(map[*partition]int)}
+	f := &fakeStarts{ready: make(map[*worker]int)}
 	return newWindow(size, weights, f.start), f
 }
 
@@ -44,7 +44,7 @@ func grantOrder(t *testing.T, weights [3]int, ws []windowWaiter) []windowWaiter 
 	t.Helper()
 	w, f := newFakeWindow(1, weights)
 	w.offer(f.partition(windowWaiter{0, 0}, 1))
-	class := make(map[*partition]windowWaiter)
+	class := make(map[*worker]windowWaiter)
 	for _, c := range ws {
 		ps := f.partition(c, 1)
 		class[ps] = c
@@ -116,13 +116,13 @@ func TestWindowTurns(t *testing.T) {
 	w.offer(a) // two started, two left
 	w.offer(b)
 	w.offer(a) // queued already: no second place in the queue
-	if !slices.Equal(f.started, []*partition{a, a}) {
+	if !slices.Equal(f.started, []*worker{a, a}) {
 		t.Fatalf("started %d records before any release, want a's two", len(f.started))
 	}
 	for range 5 {
 		w.release()
 	}
-	want := []*partition{a, a, a, b, a, b, b}
+	want := []*worker{a, a, a, b, a, b, b}
 	if !slices.Equal(f.started, want) {
 		t.Errorf("start order is not a, a, then turns a, b, a, b, b")
 	}
@@ -143,7 +143,7 @@ func TestWindowHandedBack(t *testing.T) {
 	next := f.partition(windowWaiter{0, 2}, 1)
 	w.offer(gone)
 	w.offer(next)
-	gone.revoked = true
+	gone.closing = true
 	w.release()
 	if got := f.started[len(f.started)-1]; got != next {
 		t.Fatal("the slot did not pass to the next partition")

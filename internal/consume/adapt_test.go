@@ -1,8 +1,10 @@
-package pipeline
+package consume
 
 import (
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func TestNextLimit(t *testing.T) {
@@ -30,13 +32,12 @@ func TestNextLimit(t *testing.T) {
 // the floor; once they are on time it grows back to MaxInFlight. A retry
 // that waited for a window slot, or came overdue, is not late for the CPU.
 func TestAdaptWindow(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.MaxInFlight = 256
-	p := &Processor{cfg: cfg}
-	p.window = newWindow(cfg.MaxInFlight, [3]int{6, 3, 1}, func(*partition) (bool, bool) { return false, false })
+	cfg := Config{MaxInFlight: 256, RetryLateness: 10 * time.Millisecond}
+	p := &Consumer{cfg: cfg}
+	p.window = newWindow(cfg.MaxInFlight, [3]int{6, 3, 1}, func(*worker) (bool, bool) { return false, false })
 	due := time.Unix(1_800_000_000, 0)
 	pickup := func(arrived, ready, slot, run time.Duration) {
-		p.notePickup(&tracked{received: due.Add(arrived), due: due, readyAt: due.Add(ready), startAt: due.Add(slot)}, due.Add(run))
+		p.notePickup(&task{received: due.Add(arrived), due: due, readyAt: due.Add(ready), startAt: due.Add(slot)}, due.Add(run))
 	}
 	step := func(n int, arrived, ready, slot, run time.Duration) int {
 		for range n {
@@ -95,5 +96,27 @@ func TestWindowResize(t *testing.T) {
 	w.resize(5)
 	if len(f.started) != 8 || w.inUse() != 5 {
 		t.Errorf("after growing to 5: %d started, %d in use; want 8 and 5", len(f.started), w.inUse())
+	}
+}
+
+// detach leaves nothing of the fetch behind: the copy shares no bytes
+// with the record it came from.
+func TestDetach(t *testing.T) {
+	buf := []byte("keyvaluehdr")
+	r := &kgo.Record{Topic: "push.tier1.retry-2s", Partition: 3, Offset: 7, Key: buf[0:3], Value: buf[3:8],
+		Headers: []kgo.RecordHeader{{Key: "push-due", Value: buf[8:11]}, {Key: "empty"}}}
+	c := detach(r)
+	for i := range buf {
+		buf[i] = 'x'
+	}
+	if string(c.Key) != "key" || string(c.Value) != "value" || string(c.Headers[0].Value) != "hdr" || c.Headers[1].Value != nil {
+		t.Fatalf("copy changed with the fetch buffer: key %q value %q headers %v", c.Key, c.Value, c.Headers)
+	}
+	if c.Topic != r.Topic || c.Partition != r.Partition || c.Offset != r.Offset {
+		t.Fatalf("copy lost its position: %s/%d@%d", c.Topic, c.Partition, c.Offset)
+	}
+	c.Key = append(c.Key, '!')
+	if string(c.Value) != "value" {
+		t.Fatalf("appending to the key overwrote the value: %q", c.Value)
 	}
 }

@@ -1,4 +1,4 @@
-package pipeline
+package consume
 
 import (
 	"context"
@@ -39,14 +39,14 @@ const (
 // slot until its handler ran. The wait for a slot is left out: when many
 // retries are due at once they wait for each other, and a smaller window
 // would not help them.
-func (p *Processor) notePickup(t *tracked, now time.Time) {
+func (c *Consumer) notePickup(t *task, now time.Time) {
 	if t.readyAt.IsZero() || t.startAt.IsZero() {
 		return
 	}
 	late := t.readyAt.Sub(later(t.due, t.received)) + now.Sub(t.startAt)
-	p.pickups.Add(1)
-	if late > p.cfg.RetryLateness {
-		p.latePickups.Add(1)
+	c.pickups.Add(1)
+	if late > c.cfg.RetryLateness {
+		c.latePickups.Add(1)
 	}
 }
 
@@ -59,9 +59,8 @@ func later(a, b time.Time) time.Time {
 
 // adapt resizes the window every adaptInterval until ctx is done.
 // Config.RetryLateness 0 keeps it at MaxInFlight.
-func (p *Processor) adapt(ctx context.Context) {
-	defer p.wg.Done()
-	if p.cfg.RetryLateness <= 0 {
+func (c *Consumer) adapt(ctx context.Context) {
+	if c.cfg.RetryLateness <= 0 {
 		return
 	}
 	t := time.NewTicker(adaptInterval)
@@ -71,17 +70,17 @@ func (p *Processor) adapt(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			p.adaptStep()
+			c.adaptStep()
 		}
 	}
 }
 
 // adaptStep resizes the window by the pick-ups since the last step.
-func (p *Processor) adaptStep() {
-	n, late := p.pickups.Swap(0), p.latePickups.Swap(0)
-	cur := p.window.limit()
-	if next := nextLimit(cur, min(adaptFloor, p.cfg.MaxInFlight), p.cfg.MaxInFlight, n, late); next != cur {
-		p.window.resize(next)
+func (c *Consumer) adaptStep() {
+	n, late := c.pickups.Swap(0), c.latePickups.Swap(0)
+	cur := c.window.limit()
+	if next := nextLimit(cur, min(adaptFloor, c.cfg.MaxInFlight), c.cfg.MaxInFlight, n, late); next != cur {
+		c.window.resize(next)
 	}
 }
 

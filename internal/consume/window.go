@@ -1,4 +1,4 @@
-package pipeline
+package consume
 
 import (
 	"sync"
@@ -23,14 +23,14 @@ import (
 // waited behind every runnable goroutine, and a partition with many records
 // due at once woke once per record (c: retry lateness p99 0.4 s).
 type window struct {
-	start func(*partition) (started, more bool)
+	start func(*worker) (started, more bool)
 
 	mu      sync.Mutex
 	size    int
 	free    int
 	weights [3]int
 	wrr     [2][3]int
-	queues  [2][3][]*partition // {first, retry} × tier; partition.inWindow
+	queues  [2][3][]*worker // {first, retry} × tier; partition.inWindow
 	waiting int
 }
 
@@ -38,7 +38,7 @@ type window struct {
 // record of a partition on a slot taken for it; it reports whether it did
 // (not if the partition was handed back or has nothing ready) and whether
 // the partition has more ready. It must not block or call the window.
-func newWindow(size int, weights [3]int, start func(*partition) (started, more bool)) *window {
+func newWindow(size int, weights [3]int, start func(*worker) (started, more bool)) *window {
 	return &window{size: size, free: size, weights: weights, start: start}
 }
 
@@ -54,7 +54,7 @@ func windowClass(src topology.Source) (retry, tier int) {
 // offer is called when ps has records ready: it starts them while slots
 // are free, and otherwise queues ps for the next slot that frees, unless
 // it is queued already.
-func (w *window) offer(ps *partition) {
+func (w *window) offer(ps *worker) {
 	for {
 		w.mu.Lock()
 		if ps.inWindow {
@@ -88,7 +88,7 @@ func (w *window) offer(ps *partition) {
 func (w *window) release() {
 	for {
 		w.mu.Lock()
-		var ps *partition
+		var ps *worker
 		if w.free >= 0 {
 			ps = w.pickLocked()
 		}
@@ -109,7 +109,7 @@ func (w *window) release() {
 	}
 }
 
-func (w *window) pickLocked() *partition {
+func (w *window) pickLocked() *worker {
 	if w.waiting == 0 {
 		return nil
 	}

@@ -1,0 +1,209 @@
+// Package checkpoint keeps one partition's checkpoint: which consumed
+// records are finished (every record they led to acknowledged), the offset
+// that may be committed (the first unfinished one), and the finished offsets
+// after it that every commit carries in its metadata, so that a new owner
+// skips them (meta.go). It owns no goroutine and talks to no broker: the
+// consumer asks it at every commit, including those on revoke and shutdown.
+package checkpoint
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Entry is one tracked record.
+type Entry struct {
+	Record  *kgo.Record
+	started bool // handed to a handler: in flight, finished or failed
+	done    bool // every output acknowledged
+}
+
+// Tracker is the checkpoint of one partition. It is safe for concurrent
+// use: the partition's worker tracks and finishes records while the
+// client's commits read it.
+type Tracker struct {
+	mu    sync.Mutex
+	queue []*Entry // tracked, not yet passed by the head, in offset order
+	prior []Span   // offsets an earlier owner finished after its committed offset
+	// dirty: a record finished behind an unfinished one since the last
+	// commit told which (Metadata).
+	dirty  bool
+	closed bool // handed over: tell nothing more
+}
+
+// SetPrior records the spans an earlier owner of the partition committed as
+// finished after its committed offset: Track skips them.
+func (t *Tracker) SetPrior(spans []Span) {
+	t.mu.Lock()
+	t.prior = slices.Clone(spans)
+	t.mu.Unlock()
+}
+
+// Track appends a consumed record. A record the partition's earlier owner
+// finished is tracked as finished already: skipped is true, and mark is the
+// newest record that may now be marked for commit, if the head moved.
+func (t *Tracker) Track(r *kgo.Record) (e *Entry, skipped bool, mark *kgo.Record) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e = &Entry{Record: r}
+	t.queue = append(t.queue, e)
+	if !t.skipLocked(r.Offset) {
+		return e, false, nil
+	}
+	e.started = true
+	return e, true, t.finishLocked(e)
+}
+
+// Start records that e was handed to a handler.
+func (t *Tracker) Start(e *Entry) {
+	t.mu.Lock()
+	e.started = true
+	t.mu.Unlock()
+}
+
+// Finish marks e finished and returns the newest record that may now be
+// marked for commit, or nil when the head did not move or the partition was
+// handed over.
+func (t *Tracker) Finish(e *Entry) *kgo.Record {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.finishLocked(e)
+}
+
+func (t *Tracker) finishLocked(e *Entry) *kgo.Record {
+	e.done = true
+	var last *kgo.Record
+	i := 0
+	for ; i < len(t.queue) && t.queue[i].done; i++ {
+		last = t.queue[i].Record
+	}
+	if i > 0 {
+		n := copy(t.queue, t.queue[i:])
+		clear(t.queue[n:])
+		t.queue = t.queue[:n]
+	}
+	if len(t.queue) > 0 && e.Record.Offset > t.queue[0].Record.Offset {
+		t.dirty = true
+	}
+	if t.closed {
+		return nil
+	}
+	return last
+}
+
+// skipLocked reports whether offset o was finished by an earlier owner,
+// dropping the spans behind o.
+func (t *Tracker) skipLocked(o int64) bool {
+	for len(t.prior) > 0 && t.prior[0].To <= o {
+		t.prior = t.prior[1:]
+	}
+	return len(t.prior) > 0 && t.prior[0].From <= o
+}
+
+// Head returns the first unfinished record's offset when records finished
+// behind it since the last commit said so: kgo's autocommit sends only
+// partitions whose head moved, so the caller commits these itself.
+func (t *Tracker) Head() (kgo.EpochOffset, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.dirty || t.closed || len(t.queue) == 0 {
+		return kgo.EpochOffset{}, false
+	}
+	h := t.queue[0].Record
+	return kgo.EpochOffset{Epoch: h.LeaderEpoch, Offset: h.Offset}, true
+}
+
+// Metadata returns the commit metadata of a commit at committed: the
+// finished offsets after it (meta.go), "" when there are none or the
+// partition was handed over.
+func (t *Tracker) Metadata(committed int64) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ""
+	}
+	t.dirty = false
+	return Encode(committed, t.spansLocked(committed))
+}
+
+// spansLocked returns the offsets at or after committed known to be
+// finished: those the head has passed, the finished records in the queue,
+// and those an earlier owner finished that have not been consumed again
+// yet. Offsets between two finished records that no record has
+// (transaction markers, compacted records) count as finished.
+func (t *Tracker) spansLocked(committed int64) []Span {
+	var out []Span
+	if len(t.queue) > 0 {
+		if head := t.queue[0].Record.Offset; committed < head {
+			out = append(out, Span{committed, head})
+		}
+		open := false
+		for _, e := range t.queue {
+			o := e.Record.Offset
+			switch {
+			case !e.done:
+				open = false
+			case open:
+				out[len(out)-1].To = o + 1
+			default:
+				out = append(out, Span{o, o + 1})
+				open = true
+			}
+		}
+	}
+	out = append(out, t.prior...)
+	slices.SortFunc(out, func(a, b Span) int { return int(min(max(a.From-b.From, -1), 1)) })
+	merged := out[:0]
+	for _, s := range out {
+		if s.To <= committed {
+			continue
+		}
+		s.From = max(s.From, committed)
+		if n := len(merged); n > 0 && merged[n-1].To >= s.From {
+			merged[n-1].To = max(merged[n-1].To, s.To)
+			continue
+		}
+		merged = append(merged, s)
+	}
+	return merged
+}
+
+// Stranded returns the records never started that the head cannot pass
+// although a later record is finished: those between the head and its last
+// finished record that comes before any record started but unfinished (in
+// flight, or failed: nothing past it can be committed anyway). A hand-off
+// re-produces them so the commit can pass them (consume). Records never
+// started after that point need nothing: they are not committed, so the
+// next owner consumes them. A tier partition, started in offset order, has
+// none.
+func (t *Tracker) Stranded() []*Entry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	last := -1
+	for i, e := range t.queue {
+		if e.done {
+			last = i
+			continue
+		}
+		if e.started {
+			break
+		}
+	}
+	var out []*Entry
+	for _, e := range t.queue[:last+1] {
+		if !e.started && !e.done {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Close hands the partition over: from now on nothing is marked and no
+// metadata is written (another member may own it).
+func (t *Tracker) Close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+}

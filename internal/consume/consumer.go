@@ -1,0 +1,387 @@
+// Package consume runs the processor's consumer: one group over the tier
+// and retry topics, a worker goroutine per assigned partition (born in the
+// assign callback, stopped and waited for at every hand-off:
+// partitions.go), retry records held until due by pausing their partitions,
+// a bounded window of records in flight, the produce of what each record
+// leads to, and commits that carry the partition's checkpoint.
+//
+// It decides nothing about a record: internal/deliver does. It must not
+// send, decode events or import a tracing library.
+package consume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierpush/tierpush/internal/deliver"
+	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
+)
+
+// Handler decides what one record leads to (internal/deliver). It returns
+// nil when ctx ended before anything was sent.
+type Handler interface {
+	Handle(ctx context.Context, in deliver.In) *deliver.Delivery
+}
+
+var _ Handler = (*deliver.Handler)(nil)
+
+// Hooks observe the consumer. They must be cheap and must not block.
+type Hooks interface {
+	// Skipped counts records a partition's previous owner had finished.
+	Skipped(n int)
+}
+
+// Config tunes a Consumer; see pipeline.Config for the meaning and
+// defaults of each.
+type Config struct {
+	Group       string
+	Names       topology.Names
+	Policy      tiers.Policy
+	ExtraInputs []string
+	MaxInFlight int
+	MaxHeld     int
+	// RetryLateness: see adapt.go. 0 keeps the window at MaxInFlight.
+	RetryLateness  time.Duration
+	Prefetch       time.Duration
+	CommitInterval time.Duration
+	DrainTimeout   time.Duration
+	// StuckAfter: a partition whose produce has failed this long makes
+	// the consumer unready (Ready).
+	StuckAfter time.Duration
+	// JitterSpan is the most a retry's due time may run ahead of the
+	// order of its step's partition (deliver.Config.JitterSpan).
+	JitterSpan func(time.Duration) time.Duration
+	Now        func() time.Time
+}
+
+// Consumer consumes the tier and retry topics in one group.
+type Consumer struct {
+	cfg   Config
+	log   *slog.Logger
+	h     Handler
+	hooks Hooks
+	cl    *kgo.Client
+
+	window  *window
+	queued  atomic.Int64 // tier records consumed, waiting for a slot
+	wakeMu  sync.Mutex
+	wake    context.CancelFunc // ends the poll under way: room for tier records
+	budgets [3]*budget         // retry records held in memory, per tier
+	// Retry records picked up since the last adaptStep, and those later
+	// than RetryLateness.
+	pickups, latePickups atomic.Int64
+	tierPause            topicPause // Run's alone (pollContext)
+
+	mu    sync.Mutex
+	parts map[topicPart]*worker // partitions.go
+	// records counts every record goroutine, so Run returns after the
+	// last one even when a hand-off stopped waiting for it.
+	records sync.WaitGroup
+
+	joined, draining atomic.Bool
+	produceFailures  atomic.Int64
+}
+
+type topicPart struct {
+	topic string
+	part  int32
+}
+
+// New returns a Consumer whose group client adds the group options to
+// kopts (seed brokers, TLS, SASL, hooks, dialer and so on).
+func New(cfg Config, log *slog.Logger, h Handler, hooks Hooks, kopts []kgo.Opt) (*Consumer, error) {
+	c := &Consumer{cfg: cfg, log: log, h: h, hooks: hooks, parts: make(map[topicPart]*worker)}
+	weights := [3]int{}
+	for i, t := range tiers.All {
+		weights[i] = cfg.Policy.Ladder(t).Weight
+		b := &budget{max: int64(max(cfg.MaxHeld/len(tiers.All), 1))}
+		for _, d := range cfg.Policy.Ladder(t).Steps {
+			b.topics = append(b.topics, cfg.Names.Retry(t, d))
+		}
+		c.budgets[i] = b
+		c.tierPause.topics = append(c.tierPause.topics, cfg.Names.Tier(t))
+	}
+	c.window = newWindow(cfg.MaxInFlight, weights, c.startOne)
+	kopts = append(kopts[:len(kopts):len(kopts)],
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(append(cfg.Names.Inputs(&cfg.Policy), cfg.ExtraInputs...)...),
+		kgo.AutoCommitMarks(),
+		kgo.AutoCommitInterval(cfg.CommitInterval),
+		// Every commit the client makes, automatic or on a hand-off,
+		// carries the partition's checkpoint (commit.go).
+		kgo.WithContext(kgo.PreCommitFnContext(context.Background(), c.annotateCommit)),
+		// A resumed retry partition is fetched only when the fetch in
+		// progress returns: kgo's 5 s default would make retries that
+		// late. Keep it under Prefetch.
+		kgo.FetchMaxWait(min(200*time.Millisecond, cfg.Prefetch)),
+		// A retry partition's fetch waits in memory until its records are
+		// due: 256 KiB a partition (kgo's default is 1 MiB) and at most
+		// 4 MiB a response (default 50 MiB) keep a ladder of a hundred
+		// partitions in bounds. The client starts each request at the
+		// next partition, so none starves.
+		kgo.FetchMaxPartitionBytes(256<<10),
+		kgo.FetchMaxBytes(4<<20),
+		kgo.OnPartitionsAssigned(c.assigned),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.lost),
+		// Hand-offs run between polls only (see Run).
+		kgo.BlockRebalanceOnPoll(),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+	)
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	c.cl = cl
+	return c, nil
+}
+
+// Client is the consumer's Kafka client (for admin calls and health).
+func (c *Consumer) Client() *kgo.Client { return c.cl }
+
+// Ready reports whether the consumer has joined its group, is not
+// draining, and has no partition whose produce has failed for longer than
+// StuckAfter.
+func (c *Consumer) Ready() bool {
+	return c.joined.Load() && !c.draining.Load() && c.Stuck() == 0
+}
+
+// ProduceFailures counts produces that failed (and were tried again).
+func (c *Consumer) ProduceFailures() int64 { return c.produceFailures.Load() }
+
+// Run consumes until ctx is done, then hands every partition back as a
+// revoke does (records in flight finished within DrainTimeout, the
+// checkpoint committed), leaves the group and closes the client. It
+// returns nil on a clean shutdown.
+//
+// Rebalances happen only between polls (kgo.BlockRebalanceOnPoll): a
+// poll's records reach their partitions' workers before AllowRebalance, so
+// no hand-off runs beside accept. Accepting never waits: the workers start
+// records as window slots free, and the tier topics stop fetching while
+// MaxInFlight of their records wait (pollContext).
+func (c *Consumer) Run(ctx context.Context) error {
+	var bg sync.WaitGroup
+	bgctx, stop := context.WithCancel(context.Background())
+	bg.Go(func() { c.commitLoop(bgctx) })
+	bg.Go(func() { c.adapt(bgctx) })
+	for {
+		pctx, done := c.pollContext(ctx)
+		// With ctx done this returns at once, still blocking rebalances:
+		// the shutdown below runs with no hand-off beside it.
+		fs := c.cl.PollRecords(pctx, c.pollSize())
+		done()
+		if fs.IsClientClosed() || ctx.Err() != nil {
+			break
+		}
+		fs.EachError(func(topic string, part int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				c.log.Warn("fetch error", "topic", topic, "partition", part, "err", err)
+			}
+		})
+		fs.EachPartition(c.accept)
+		c.cl.AllowRebalance()
+	}
+	c.draining.Store(true)
+	err := c.handOff(c.cl, c.owned(), true)
+	stop()
+	bg.Wait()
+	c.cl.AllowRebalance() // Close leaves the group, which waits for it
+	c.cl.Close()
+	c.records.Wait() // bounded by the send timeout: nothing waits on the partition any more
+	return err
+}
+
+// pollContext returns the context of the next poll. While MaxInFlight tier
+// records wait for a window slot, the tier topics are paused, so the
+// records consumed but not started stay bounded, and the poll ends as soon
+// as they fall below it (unqueue), to resume them. The retry topics are
+// polled all along: their records come due while a backlog of first
+// attempts waits, and they go first (window).
+func (c *Consumer) pollContext(ctx context.Context) (context.Context, func()) {
+	full := c.queued.Load() >= int64(c.cfg.MaxInFlight)
+	c.tierPause.set(c.cl, full)
+	if !full {
+		return ctx, func() {}
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	c.wakeMu.Lock()
+	c.wake = cancel
+	c.wakeMu.Unlock()
+	if c.queued.Load() < int64(c.cfg.MaxInFlight) {
+		cancel() // room came before the wake was set
+	}
+	return pctx, func() {
+		c.wakeMu.Lock()
+		c.wake = nil
+		c.wakeMu.Unlock()
+		cancel()
+	}
+}
+
+// unqueue counts n tier records that no longer wait for a slot, ending a
+// poll that waits for room.
+func (c *Consumer) unqueue(n int) {
+	if n > 0 && c.queued.Add(-int64(n)) < int64(c.cfg.MaxInFlight) {
+		c.wakeMu.Lock()
+		if c.wake != nil {
+			c.wake()
+		}
+		c.wakeMu.Unlock()
+	}
+}
+
+// pollSize is how many records the next poll may return: up to 4,096, but
+// no more than the retry records MaxHeld has room for (at least 256).
+func (c *Consumer) pollSize() int {
+	return min(4096, max(c.cfg.MaxHeld-c.HeldTotal(), 256))
+}
+
+// accept hands the records one poll returned for a partition to its
+// worker. It never waits: it runs while the poll blocks rebalances.
+func (c *Consumer) accept(ftp kgo.FetchTopicPartition) {
+	if len(ftp.Records) == 0 {
+		return
+	}
+	c.mu.Lock()
+	w := c.parts[topicPart{ftp.Topic, ftp.Partition}]
+	c.mu.Unlock()
+	if w == nil {
+		// Cannot happen: workers live from assignment to hand-off, and
+		// no hand-off runs between a poll and AllowRebalance.
+		c.log.Error("records of a partition without a worker", "topic", ftp.Topic, "partition", ftp.Partition)
+		return
+	}
+	w.push(ftp.Records)
+}
+
+// HeldTotal is how many retry records are in memory, held until due or
+// waiting for a window slot (what MaxHeld bounds).
+func (c *Consumer) HeldTotal() int {
+	n := int64(0)
+	for _, b := range c.budgets {
+		n += b.load()
+	}
+	return int(n)
+}
+
+// Held returns how many retry records each retry topic holds in memory,
+// waiting for their due time.
+func (c *Consumer) Held() map[string]int {
+	out := make(map[string]int)
+	for _, w := range c.workers() {
+		if w.src.Retry {
+			out[w.topic] += w.heldCount()
+		}
+	}
+	return out
+}
+
+// Stuck counts the partitions whose produce has failed for longer than
+// StuckAfter.
+func (c *Consumer) Stuck() int {
+	n := 0
+	now := c.cfg.Now()
+	for _, w := range c.workers() {
+		if s := w.stuckSince.Load(); s != 0 && now.Sub(time.Unix(0, s)) > c.cfg.StuckAfter {
+			n++
+		}
+	}
+	return n
+}
+
+// InFlight is the number of records being handled or produced.
+func (c *Consumer) InFlight() int { return c.window.inUse() }
+
+// InFlightLimit is the window's size: MaxInFlight, or less while the cores
+// are saturated (adapt.go).
+func (c *Consumer) InFlightLimit() int { return c.window.limit() }
+
+// workers returns the workers of the partitions owned now.
+func (c *Consumer) workers() []*worker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ws := make([]*worker, 0, len(c.parts))
+	for _, w := range c.parts {
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+// owned returns the partitions owned now.
+func (c *Consumer) owned() map[string][]int32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := make(map[string][]int32)
+	for k := range c.parts {
+		m[k.topic] = append(m[k.topic], k.part)
+	}
+	return m
+}
+
+// topicPause pauses a set of topics as a whole, apart from the pauses of
+// their partitions (kgo keeps the two independent).
+type topicPause struct {
+	topics []string
+	on     bool
+}
+
+// set pauses the topics or resumes them, if that changes anything.
+func (t *topicPause) set(cl *kgo.Client, on bool) {
+	if on == t.on {
+		return
+	}
+	t.on = on
+	if on {
+		cl.PauseFetchTopics(t.topics...)
+	} else {
+		cl.ResumeFetchTopics(t.topics...)
+	}
+}
+
+// budget bounds one tier's retry records in memory: at max, the tier's
+// retry topics stop fetching until some are started, so memory does not
+// grow with the partitions or with how many records come due together, and
+// a lower tier's records waiting for their due time never keep a higher
+// tier's due retry unread.
+type budget struct {
+	topics []string
+	max    int64
+
+	mu     sync.Mutex
+	n      int64
+	paused bool
+}
+
+// add counts delta more records held and pauses or resumes the topics.
+// Decided on the count under mu: whichever change comes last leaves the
+// pause as the count asks.
+func (b *budget) add(cl *kgo.Client, delta int) {
+	if delta == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.n += int64(delta)
+	if want := b.n >= b.max; want != b.paused {
+		b.paused = want
+		if want {
+			cl.PauseFetchTopics(b.topics...)
+		} else {
+			cl.ResumeFetchTopics(b.topics...)
+		}
+	}
+}
+
+func (b *budget) load() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n
+}

@@ -1,0 +1,110 @@
+package consume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// This file owns the life of every partition worker: a worker is started in
+// the assign callback and stopped and waited for at every hand-off — revoke,
+// loss, shutdown — as in franz-go's examples/autocommit_marks. A hand-off
+// cancels the worker's context, and everything that waits on the
+// partition's behalf (the pacer, the window, the hold until due) returns:
+// nothing is sent for a partition this member no longer owns.
+//
+// kgo runs the callbacks only between polls (BlockRebalanceOnPoll), never
+// beside accept or the shutdown in Run. They use the client they are given:
+// the first assignment can arrive before kgo.NewClient has returned.
+
+// assigned starts a worker for each new partition, after reading what its
+// previous owner finished beyond its committed offset (commit.go).
+func (c *Consumer) assigned(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+	c.joined.Store(true)
+	prior := c.loadFinished(ctx, cl, m)
+	for topic, parts := range m {
+		src, err := c.cfg.Names.Parse(topic, &c.cfg.Policy)
+		if err != nil {
+			// Cannot happen: we consume only our own topics.
+			c.log.Error("unexpected topic", "topic", topic, "err", err)
+			continue
+		}
+		for _, part := range parts {
+			k := topicPart{topic, part}
+			c.mu.Lock()
+			if c.parts[k] == nil {
+				w := newWorker(c, cl, topic, part, src)
+				w.ck.SetPrior(prior[k])
+				c.parts[k] = w
+				go w.run()
+			}
+			c.mu.Unlock()
+		}
+	}
+	// A partition paused during an earlier ownership of ours must not
+	// stay paused: its held records were handed back with it.
+	cl.ResumeFetchPartitions(m)
+}
+
+func (c *Consumer) revoked(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+	if err := c.handOff(cl, m, true); err != nil {
+		c.log.Warn("hand-off on revoke", "err", err)
+	}
+}
+
+func (c *Consumer) lost(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+	_ = c.handOff(cl, m, false)
+}
+
+// handOff stops the workers of partitions given up and waits for them, at
+// most DrainTimeout. A graceful hand-off lets the records in flight finish
+// so their offsets are marked, re-produces the held records that stand
+// before finished ones (worker.handBack), and commits with the partitions'
+// checkpoints while their trackers can still tell what finished; only then
+// are the partitions forgotten. A lost partition marks and commits nothing:
+// another member may own it already.
+func (c *Consumer) handOff(cl *kgo.Client, m map[string][]int32, graceful bool) error {
+	var ws []*worker
+	c.mu.Lock()
+	for topic, parts := range m {
+		for _, part := range parts {
+			if w := c.parts[topicPart{topic, part}]; w != nil {
+				ws = append(ws, w)
+			}
+		}
+	}
+	c.mu.Unlock()
+	if len(ws) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
+	defer cancel()
+	for _, w := range ws {
+		w.stop(ctx, graceful)
+	}
+	var err error
+	for _, w := range ws {
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+			err = fmt.Errorf("records of %s/%d still in flight after %s: the next owner sends them again", w.topic, w.part, c.cfg.DrainTimeout)
+		}
+	}
+	if graceful {
+		cctx, ccancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
+		if cerr := cl.CommitMarkedOffsets(kgo.PreCommitFnContext(cctx, c.annotateCommit)); cerr != nil && !errors.Is(cerr, kgo.ErrClientClosed) {
+			err = errors.Join(err, fmt.Errorf("commit on hand-off: %w", cerr))
+		}
+		ccancel()
+	}
+	c.mu.Lock()
+	for _, w := range ws {
+		w.ck.Close()
+		delete(c.parts, topicPart{w.topic, w.part})
+	}
+	c.mu.Unlock()
+	cl.ResumeFetchPartitions(m)
+	return err
+}

@@ -1,0 +1,506 @@
+package consume
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierpush/tierpush/internal/checkpoint"
+	"github.com/tierpush/tierpush/internal/deliver"
+	"github.com/tierpush/tierpush/topology"
+)
+
+// worker is one assigned partition: its goroutine (run) takes the records
+// polls bring, tracks them in the partition's checkpoint, holds retry
+// records until due, and offers the ready ones to the window, which starts
+// each on its own goroutine (startOne → handle). partitions.go starts and
+// stops it.
+//
+// Lock order: Consumer.mu, then worker.mu, then the tracker's; window.mu
+// and budget.mu are taken alone or last.
+type worker struct {
+	c     *Consumer
+	cl    *kgo.Client
+	topic string
+	part  int32
+	src   topology.Source
+	ck    checkpoint.Tracker
+
+	ctx    context.Context // cancelled at hand-off
+	cancel context.CancelFunc
+	drain  context.Context // the hand-off's deadline (stop)
+	grace  bool            // a graceful hand-off: finish, re-produce, mark
+	wake   chan struct{}   // capacity 1: run has something to look at
+	done   chan struct{}   // closed when run returns
+
+	// inWindow: queued in the window for a slot; window.mu guards it.
+	inWindow bool
+	// stuckSince: unix ns of the first produce failure not yet overcome.
+	stuckSince atomic.Int64
+
+	mu       sync.Mutex
+	incoming []*kgo.Record // polled, not yet tracked
+	held     dueHeap       // retry records waiting for their due time
+	maxDue   time.Time     // latest due time in held
+	ready    []*task       // due, waiting for a window slot, in order
+	paused   bool
+	counted  int            // retry records in memory as the tier's budget counts them
+	closing  bool           // start nothing more
+	records  sync.WaitGroup // record goroutines (startOne)
+}
+
+// task is one tracked record on its way.
+type task struct {
+	e        *checkpoint.Entry
+	received time.Time // when the poll returned it
+	due      time.Time // retry records: when it may be sent
+	readyAt  time.Time // retry records: when run found it due
+	startAt  time.Time // retry records: when it got a window slot
+}
+
+func newWorker(c *Consumer, cl *kgo.Client, topic string, part int32, src topology.Source) *worker {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &worker{c: c, cl: cl, topic: topic, part: part, src: src, ctx: ctx, cancel: cancel,
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// push hands records of a poll to the worker. They count at once, in the
+// poll's goroutine, towards the tier topics' queue or the retry budget, so
+// the next poll already sees them (pollContext, pollSize).
+func (w *worker) push(rs []*kgo.Record) {
+	w.mu.Lock()
+	w.incoming = append(w.incoming, rs...)
+	w.recountLocked()
+	w.mu.Unlock()
+	if !w.src.Retry {
+		w.c.queued.Add(int64(len(rs)))
+	}
+	w.notify()
+}
+
+// notify wakes run, or leaves it a wake-up if it is busy.
+func (w *worker) notify() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stop starts the hand-off: run finishes it and closes done.
+func (w *worker) stop(drain context.Context, graceful bool) {
+	w.mu.Lock()
+	w.drain, w.grace = drain, graceful
+	w.mu.Unlock()
+	if !graceful {
+		w.ck.Close() // mark nothing more
+	}
+	w.cancel()
+}
+
+// run is the partition's goroutine until its hand-off.
+func (w *worker) run() {
+	defer close(w.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		next, ok := w.step()
+		if ok {
+			timer.Reset(max(next.Sub(w.c.cfg.Now()), 0))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		case <-w.ctx.Done():
+			w.handBack()
+			return
+		}
+	}
+}
+
+// step tracks what polls brought, moves held records that came due to
+// ready, keeps the fetch paused or resumed, and offers ready records to the
+// window. It returns when run must look again.
+func (w *worker) step() (next time.Time, ok bool) {
+	now := w.c.cfg.Now()
+	w.mu.Lock()
+	w.trackLocked(now)
+	w.ready = append(w.ready, w.popDueLocked(now)...)
+	next, ok = w.scheduleLocked(now)
+	w.recountLocked()
+	ready := len(w.ready) > 0
+	w.mu.Unlock()
+	if ready {
+		w.c.window.offer(w)
+	}
+	return next, ok
+}
+
+// trackLocked tracks the incoming records: a tier record is ready at once,
+// a retry record held until due. Records the partition's previous owner
+// finished are skipped.
+func (w *worker) trackLocked(now time.Time) {
+	var skipped int
+	for _, r := range w.incoming {
+		if !w.src.Retry {
+			e, skip, mark := w.ck.Track(r)
+			w.markOrSkip(skip, mark, &skipped)
+			if !skip {
+				w.ready = append(w.ready, &task{e: e, received: now})
+			}
+			continue
+		}
+		due := dueOf(r, now)
+		if due.After(now) {
+			r = detach(r)
+		}
+		e, skip, mark := w.ck.Track(r)
+		w.markOrSkip(skip, mark, &skipped)
+		if !skip {
+			w.holdLocked(&task{e: e, received: now, due: due})
+		}
+	}
+	clear(w.incoming)
+	w.incoming = w.incoming[:0]
+	if !w.src.Retry {
+		w.c.unqueue(skipped)
+	}
+	if skipped > 0 && w.c.hooks != nil {
+		w.c.hooks.Skipped(skipped)
+	}
+}
+
+// markOrSkip marks what a skipped record let the head pass.
+func (w *worker) markOrSkip(skip bool, mark *kgo.Record, skipped *int) {
+	if !skip {
+		return
+	}
+	*skipped++
+	if mark != nil {
+		w.cl.MarkCommitRecords(mark)
+	}
+}
+
+// scheduleLocked pauses fetching a retry partition while what it holds
+// reaches further than Prefetch plus the step's jitter span, or while
+// MaxInFlight of its records are due and wait for a slot, and resumes it
+// otherwise. It returns when run must look again: the head is due, or it
+// is time to fetch what follows the last held record; ok is false when
+// nothing is held.
+func (w *worker) scheduleLocked(now time.Time) (next time.Time, ok bool) {
+	if !w.src.Retry {
+		return time.Time{}, false
+	}
+	// A record after the last one held is due at least that one's due
+	// time less the jitter span: fetch it a Prefetch before then.
+	lead := w.c.cfg.Prefetch + w.c.cfg.JitterSpan(w.src.Delay)
+	hold := len(w.held) > 0 && w.maxDue.Sub(now) > lead
+	if want := hold || len(w.ready) >= w.c.cfg.MaxInFlight; want != w.paused {
+		w.paused = want
+		tp := map[string][]int32{w.topic: {w.part}}
+		if want {
+			w.cl.PauseFetchPartitions(tp)
+		} else {
+			w.cl.ResumeFetchPartitions(tp)
+		}
+	}
+	if len(w.held) == 0 {
+		return time.Time{}, false
+	}
+	next = w.held[0].due
+	if hold {
+		if r := w.maxDue.Add(-lead); r.Before(next) {
+			next = r
+		}
+	}
+	return next, true
+}
+
+// recountLocked brings the tier's count of held retry records up to date.
+func (w *worker) recountLocked() {
+	if !w.src.Retry {
+		return
+	}
+	n := len(w.incoming) + len(w.held) + len(w.ready)
+	w.c.budgets[w.src.Tier.Index()].add(w.cl, n-w.counted)
+	w.counted = n
+}
+
+// startOne starts the partition's next ready record on a window slot taken
+// for it (window.start), on a goroutine of its own.
+func (c *Consumer) startOne(w *worker) (started, more bool) {
+	w.mu.Lock()
+	if w.closing || w.ctx.Err() != nil || len(w.ready) == 0 {
+		w.mu.Unlock()
+		return false, false
+	}
+	t := w.ready[0]
+	w.ready[0] = nil
+	w.ready = w.ready[1:]
+	if w.src.Retry {
+		t.startAt = c.cfg.Now()
+	}
+	w.ck.Start(t.e)
+	w.recountLocked()
+	more = len(w.ready) > 0
+	// Below MaxInFlight ready again: run may resume the fetch.
+	look := w.src.Retry && len(w.ready) == c.cfg.MaxInFlight-1
+	w.records.Add(1)
+	c.records.Add(1)
+	w.mu.Unlock()
+	if look {
+		w.notify()
+	}
+	if !w.src.Retry {
+		c.unqueue(1)
+	}
+	go w.handle(t)
+	return true, more
+}
+
+// handle is one record's goroutine: deliver decides, the records it leads
+// to are produced, and once all are acknowledged the hooks fire and the
+// checkpoint moves. A record abandoned at hand-off stays unfinished.
+func (w *worker) handle(t *task) {
+	defer w.c.records.Done()
+	defer w.records.Done()
+	defer w.c.window.release()
+	r := t.e.Record
+	if w.src.Retry {
+		w.c.notePickup(t, w.c.cfg.Now())
+	}
+	d := w.c.h.Handle(w.ctx, deliver.In{Record: r, Source: w.src, Received: t.received, Due: t.due})
+	if d == nil || !w.produce(d) {
+		return
+	}
+	d.Acked()
+	if last := w.ck.Finish(t.e); last != nil {
+		w.cl.MarkCommitRecords(last)
+	}
+}
+
+// produce produces d's records and waits for every acknowledgement. A
+// produce that fails is tried again, with backoff, until it succeeds or the
+// partition is handed back: the record stays unfinished meanwhile, the
+// partition counts as stuck (Consumer.Stuck) and every failure is logged
+// and counted.
+func (w *worker) produce(d *deliver.Delivery) bool {
+	ctx := d.Context()
+	pending := d.Records
+	for attempt := 0; ; attempt++ {
+		pending = w.produceAll(ctx, pending)
+		if len(pending) == 0 {
+			w.stuckSince.Store(0)
+			return true
+		}
+		w.stuckSince.CompareAndSwap(0, w.c.cfg.Now().UnixNano())
+		backoff := min(250*time.Millisecond<<min(attempt, 6), 10*time.Second)
+		backoff += rand.N(backoff / 4)
+		select {
+		case <-time.After(backoff):
+		case <-w.ctx.Done():
+			return false
+		}
+	}
+}
+
+// produceAll produces rs and returns copies of those that failed.
+func (w *worker) produceAll(ctx context.Context, rs []*kgo.Record) (failed []*kgo.Record) {
+	var (
+		mu   sync.Mutex
+		left sync.WaitGroup
+	)
+	left.Add(len(rs))
+	for _, o := range rs {
+		o.Context = ctx
+		w.cl.Produce(ctx, o, func(r *kgo.Record, err error) {
+			defer left.Done()
+			if err == nil {
+				return
+			}
+			w.c.produceFailures.Add(1)
+			if !errors.Is(err, kgo.ErrClientClosed) {
+				w.c.log.Error("produce failed; trying again, the source record stays uncommitted", "topic", r.Topic, "source", w.topic, "partition", w.part, "err", err)
+			}
+			mu.Lock()
+			failed = append(failed, &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp, Context: ctx})
+			mu.Unlock()
+		})
+	}
+	left.Wait()
+	return failed
+}
+
+// handBack finishes the hand-off stop started: nothing more starts, the
+// tier records that waited for a slot no longer count, and — on a graceful
+// hand-off — the records in flight finish (until the drain deadline) and the
+// held records standing before finished ones are re-produced, so that the
+// commit passes them and the records already sent behind them.
+func (w *worker) handBack() {
+	w.mu.Lock()
+	w.closing = true
+	drain, graceful := w.drain, w.grace
+	if !w.src.Retry {
+		w.c.unqueue(len(w.incoming) + len(w.ready))
+	}
+	w.mu.Unlock()
+	if graceful {
+		waited := make(chan struct{})
+		go func() { w.records.Wait(); close(waited) }()
+		select {
+		case <-waited:
+			if n, failed := w.reproduce(drain); n+failed > 0 {
+				w.c.log.Info("re-produced held records on hand-off", "topic", w.topic, "partition", w.part, "records", n, "failed", failed)
+			}
+		case <-drain.Done():
+			w.c.log.Warn("hand-off: records still in flight; the next owner sends them again", "topic", w.topic, "partition", w.part)
+		}
+	}
+	w.mu.Lock()
+	w.held, w.ready, w.incoming = nil, nil, nil
+	w.recountLocked()
+	w.mu.Unlock()
+}
+
+// reproduce appends a copy of each stranded record (checkpoint.Stranded)
+// to the end of its topic and, once the copy is acknowledged, counts the
+// record finished, so the commit passes it and the later records already
+// sent: otherwise the next owner would consume and send them again. In
+// practice these are retry records held until due while a later offset,
+// due earlier (jitter, Retry-After floors), was sent.
+//
+// The copy is the record unchanged: key, value, headers (push-sig signs
+// them and the topic) and timestamp, so it is due when the original was
+// and the next owner holds it as before. It goes to the same partition
+// through the client's partitioner (kgo's default hashes the key, as when
+// the original was produced). A copy not acknowledged before ctx is done
+// leaves its record unfinished: at least once, never at most once.
+func (w *worker) reproduce(ctx context.Context) (acked, failed int) {
+	es := w.ck.Stranded()
+	if len(es) == 0 {
+		return 0, 0
+	}
+	results := make(chan bool, len(es))
+	for _, e := range es {
+		r := e.Record
+		cp := &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: slices.Clone(r.Headers), Timestamp: r.Timestamp}
+		w.cl.Produce(ctx, cp, func(_ *kgo.Record, err error) { results <- err == nil })
+	}
+	var last *kgo.Record
+	for _, e := range es {
+		select {
+		case ok := <-results:
+			if !ok {
+				failed++
+				continue
+			}
+		case <-ctx.Done():
+			return acked, len(es) - acked
+		}
+		// Which copy was acknowledged does not matter: the records are
+		// finished in order, and an unacknowledged one stops the rest.
+		acked++
+		if l := w.ck.Finish(e); l != nil {
+			last = l
+		}
+	}
+	if last != nil {
+		w.cl.MarkCommitRecords(last)
+	}
+	return acked, failed
+}
+
+// heldCount is the number of records held until due.
+func (w *worker) heldCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.held)
+}
+
+// holdLocked adds a retry record to the held set.
+func (w *worker) holdLocked(t *task) {
+	heap.Push(&w.held, t)
+	if t.due.After(w.maxDue) {
+		w.maxDue = t.due
+	}
+}
+
+// popDueLocked removes and returns every held record due at or before now.
+func (w *worker) popDueLocked(now time.Time) []*task {
+	var out []*task
+	for len(w.held) > 0 && !w.held[0].due.After(now) {
+		t := heap.Pop(&w.held).(*task)
+		t.readyAt = now
+		out = append(out, t)
+	}
+	if len(w.held) == 0 {
+		w.maxDue = time.Time{}
+	}
+	return out
+}
+
+// dueHeap orders held records by due time.
+type dueHeap []*task
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(*task)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	n := len(old)
+	t := old[n-1]
+	old[n-1] = nil
+	*h = old[:n-1]
+	return t
+}
+
+// dueOf reads push-due; a record without a readable one is due now, and
+// deliver sends it to the DLQ.
+func dueOf(r *kgo.Record, now time.Time) time.Time {
+	for _, h := range r.Headers {
+		if h.Key == topology.HeaderDue {
+			m, err := topology.DecodeMeta([]kgo.RecordHeader{h})
+			if err != nil {
+				return now
+			}
+			return m.Due
+		}
+	}
+	return now
+}
+
+// detach copies a record that will be held until due out of its fetch:
+// kgo decodes a batch into one slice of records over one decompressed
+// buffer, and one record kept for a minute would keep all of both alive.
+func detach(r *kgo.Record) *kgo.Record {
+	c := *r
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Value)
+	}
+	buf := make([]byte, 0, n)
+	carve := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		i := len(buf)
+		buf = append(buf, b...)
+		return buf[i:len(buf):len(buf)]
+	}
+	c.Key, c.Value = carve(r.Key), carve(r.Value)
+	c.Headers = make([]kgo.RecordHeader, len(r.Headers))
+	for i, h := range r.Headers {
+		c.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: carve(h.Value)}
+	}
+	return &c
+}

@@ -1,0 +1,172 @@
+package deliver
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierpush/tierpush/internal/event"
+	"github.com/tierpush/tierpush/internal/push"
+	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
+)
+
+// The records an event leads to. The builders at the bottom are pure: the
+// record they return depends on their arguments alone. The Handler methods
+// above them pick the arguments and note in the report what was built.
+
+// retry builds the signed record for the next step of the ladder.
+func (h *Handler) retry(j *job, d topology.Decision) *kgo.Record {
+	topic := h.cfg.Names.Retry(j.in.Source.Tier, d.Delay)
+	due := d.Due.Add(h.jitter(d.Delay))
+	j.rep.Retry = &RetryInfo{Tier: j.in.Source.Tier, Step: tiers.StepName(d.Delay), Topic: topic, Origin: j.rep.Origin,
+		Deferred: j.res.Class == push.Deferred, RetryAfter: j.res.RetryAfter > 0}
+	return retryRecord(h.signer, topic, j.in.Record, j.meta, due, d.NotBefore, h.cfg.SigLifetime)
+}
+
+// terminal builds the records of an event's end: DLQ and outcome, or the
+// unsubscribe event and outcome, or the outcome alone.
+func (h *Handler) terminal(j *job, d topology.Decision) []*kgo.Record {
+	out := make([]*kgo.Record, 0, 2)
+	switch {
+	case d.Outcome == topology.OutcomeGone && j.res.Class == push.Gone && j.res.Status != 0:
+		out = append(out, goneRecord(h.cfg.Names.Gone(), j.in.Record, j.ev, j.meta.Status, j.dec.Now))
+	case d.Outcome != topology.OutcomeDelivered && d.Outcome != topology.OutcomeGone:
+		out = append(out, h.dead(j, d.Reason, j.res.Err)...)
+	}
+	return append(out, h.outcome(j, j.ev.ID, j.ev.EndpointHash(), d))
+}
+
+// dead builds the DLQ record of j.
+func (h *Handler) dead(j *job, reason topology.Reason, cause string) []*kgo.Record {
+	j.rep.Dead = append(j.rep.Dead, reason)
+	return []*kgo.Record{deadRecord(h.cfg.Names.DLQ(), j.in.Record, j.meta, reason, cause)}
+}
+
+// outcome builds the ledger record of j's end.
+func (h *Handler) outcome(j *job, id, endpointHash string, d topology.Decision) *kgo.Record {
+	now := later(j.now, j.dec.Now)
+	var latency time.Duration
+	if j.ev != nil {
+		latency = now.Sub(j.ev.CreatedAt)
+	}
+	tier := j.in.Source.Tier.String()
+	j.rep.Finish = &FinishInfo{Outcome: d.Outcome, Reason: d.Reason, Tier: tier, Latency: latency}
+	return outcomeRecord(h.cfg.Names.Outcomes(), j.in.Record, j.meta, topology.OutcomeRecord{
+		ID: id, Outcome: string(d.Outcome), Reason: string(d.Reason), Status: j.meta.Status,
+		Attempts: j.meta.Attempt, Tier: tier, EndpointHash: endpointHash,
+		LatencyMS: latency.Milliseconds(), FirstSeen: j.meta.FirstSeen.UnixMilli(), At: now.UnixMilli(),
+	})
+}
+
+// retryRecord is the record of r on retry topic, due at due, signed until
+// SigLifetime after it. The timestamp of the event's first record travels
+// with it: it is created_at when the event has none, so the TTL and
+// latency_ms count from production, not from the last hop.
+func retryRecord(signer *topology.Signer, topic string, r *kgo.Record, meta topology.Meta, due, notBefore time.Time, sigLifetime time.Duration) *kgo.Record {
+	meta.Due, meta.NotBefore = due, notBefore
+	meta.Reason, meta.Error = "", ""
+	hs := meta.Headers(make([]kgo.RecordHeader, 0, 8))
+	sig := signer.Sign(topic, hs, r.Value, due.Add(sigLifetime))
+	hs = append(hs, kgo.RecordHeader{Key: topology.HeaderSig, Value: []byte(sig)})
+	hs = appendTrace(hs, r)
+	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp}
+}
+
+// deadRecord is the DLQ record of r: the event intact, the reason in
+// headers. A value too large to be an event, or an oversized key, is left
+// out (push-error says why): it could never be redriven, and it may not fit
+// the DLQ topic, where a refused produce would hold back the partition.
+func deadRecord(topic string, r *kgo.Record, meta topology.Meta, reason topology.Reason, cause string) *kgo.Record {
+	meta.Due, meta.NotBefore = time.Time{}, time.Time{}
+	meta.Reason, meta.Error = reason, truncate(cause, 200)
+	hs := appendTrace(meta.Headers(make([]kgo.RecordHeader, 0, 8)), r)
+	key, value := r.Key, r.Value
+	if len(value) > event.MaxEventSize {
+		value = nil
+	}
+	if len(key) > maxKeyLen {
+		key = nil
+	}
+	return &kgo.Record{Topic: topic, Key: key, Value: value, Headers: hs}
+}
+
+// outcomeRecord is the ledger record o of r, keyed by the event id.
+func outcomeRecord(topic string, r *kgo.Record, meta topology.Meta, o topology.OutcomeRecord) *kgo.Record {
+	v, _ := json.Marshal(o)
+	meta.Due, meta.NotBefore, meta.Error = time.Time{}, time.Time{}, ""
+	meta.Reason = topology.Reason(o.Reason)
+	hs := appendTrace(meta.Headers(make([]kgo.RecordHeader, 0, 8)), r)
+	return &kgo.Record{Topic: topic, Key: []byte(o.ID), Value: v, Headers: hs}
+}
+
+// goneRecord is the unsubscribe event of e's endpoint.
+func goneRecord(topic string, r *kgo.Record, e *event.Event, status int, now time.Time) *kgo.Record {
+	v, _ := json.Marshal(topology.GoneRecord{
+		Endpoint: e.Endpoint, EndpointHash: e.EndpointHash(), EventID: e.ID,
+		Status: status, At: now.UTC().Format(time.RFC3339Nano),
+	})
+	return &kgo.Record{Topic: topic, Key: []byte(e.EndpointHash()), Value: v, Headers: appendTrace(nil, r)}
+}
+
+// maxKeyLen bounds the record key the processor accepts and copies.
+const maxKeyLen = 4096
+
+// appendTrace carries the W3C trace context of the source record forward:
+// the first traceparent and tracestate only, and only of a sane size (W3C:
+// 55 and at most 512 bytes), so hostile headers are never copied.
+func appendTrace(hs []kgo.RecordHeader, r *kgo.Record) []kgo.RecordHeader {
+	var parent, state bool
+	for _, h := range r.Headers {
+		switch {
+		case h.Key == topology.HeaderTraceparent && !parent && len(h.Value) <= 128:
+			parent = true
+		case h.Key == "tracestate" && !state && len(h.Value) <= 512:
+			state = true
+		default:
+			continue
+		}
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+// redriveCount reads push-redrive-count alone, so a malformed neighbour
+// header cannot reset the DLQ loop guard (a forger can only lower it).
+func redriveCount(r *kgo.Record) int {
+	for _, h := range r.Headers {
+		if h.Key == topology.HeaderRedriveCount {
+			if m, err := topology.DecodeMeta([]kgo.RecordHeader{h}); err == nil {
+				return m.RedriveCount
+			}
+		}
+	}
+	return 0
+}
+
+// idOf extracts the event id of a value that failed validation, so its
+// outcome can still be written; "" when there is none.
+func idOf(v []byte) string {
+	var x struct {
+		ID any `json:"id"`
+	}
+	if len(v) > 1<<16 || json.Unmarshal(v, &x) != nil {
+		return ""
+	}
+	switch id := x.ID.(type) {
+	case string:
+		return truncate(id, 256)
+	case float64:
+		return strconv.FormatFloat(id, 'f', -1, 64)
+	}
+	return ""
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

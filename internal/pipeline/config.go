@@ -1,0 +1,227 @@
+// Package pipeline assembles the processor's engine from its parts:
+// internal/consume (the group, partition workers, hold until due, window,
+// produce, commits), internal/deliver (one record: verify, decode, admit,
+// send, decide, build), internal/checkpoint and internal/pacing. It holds
+// the engine's configuration and wiring; it owns no goroutine, no record
+// path, no flags and no HTTP server (docs/design.md).
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierpush/tierpush/internal/consume"
+	"github.com/tierpush/tierpush/internal/deliver"
+	"github.com/tierpush/tierpush/internal/dispatch"
+	"github.com/tierpush/tierpush/internal/event"
+	"github.com/tierpush/tierpush/internal/pacing"
+	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
+)
+
+// Config tunes a Processor. Zero fields take the documented defaults.
+type Config struct {
+	Names  topology.Names
+	Policy tiers.Policy
+	Group  string
+	Rules  event.Rules
+	// ExtraInputs are topics consumed besides the ladder's, such as the
+	// retry topics of steps dropped from a ladder: their records continue
+	// on the current ladder.
+	ExtraInputs []string
+	// MaxInFlight bounds the records being sent or awaiting their produce
+	// acknowledgements across all partitions. Default 1024.
+	MaxInFlight int
+	// Jitter is the share of a step's delay added at random to a retry's
+	// due time, so failures that happen together do not come back
+	// together. Default 0.1, at most MaxJitter (default 5s).
+	Jitter    float64
+	MaxJitter time.Duration
+	// MaxHeld bounds the retry records in memory, held until due or
+	// waiting for a window slot, across all retry partitions: at it, the
+	// retry topics stop fetching until some are started, so memory does
+	// not grow with the partitions or with how many records come due
+	// together. A poll can take it past by 256 (pollSize). Default 20,000.
+	MaxHeld int
+	// RetryLateness is how long a due retry record may wait to run, waits
+	// for a window slot aside (notePickup): while more than 1 % wait
+	// longer, the window of records in flight shrinks below MaxInFlight
+	// (adapt.go). 0 keeps it at MaxInFlight. Default 10ms.
+	RetryLateness time.Duration
+	// Prefetch is how long before the records after the last held one
+	// of a retry partition can be due that fetching resumes: the last
+	// held record's due time less the step's jitter span. Default 250ms.
+	Prefetch time.Duration
+	// CommitInterval is how often finished offsets are committed: what a
+	// crash can make the next owner send again. Default 100ms.
+	CommitInterval time.Duration
+	// DrainTimeout bounds how long shutdown and a partition revoke wait for
+	// records in flight. Default 20s.
+	DrainTimeout time.Duration
+	// StuckAfter: a partition whose produce has failed for this long
+	// makes the processor unready (/readyz). Default 1m.
+	StuckAfter time.Duration
+	// SigLifetime is how long after its due time a signed retry record is
+	// still accepted. Default 7 days.
+	SigLifetime time.Duration
+	// TombstoneSize and TombstoneTTL bound the LRU of endpoints answered
+	// 404/410. Defaults 100,000 and 24h.
+	TombstoneSize int
+	TombstoneTTL  time.Duration
+	// Pacing paces sends per push service; its Weights come from Policy.
+	Pacing pacing.Config
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the defaults of the public contract.
+func DefaultConfig() Config {
+	return Config{
+		Names:          topology.Names{Prefix: topology.DefaultPrefix},
+		Policy:         tiers.DefaultPolicy(),
+		Group:          "tierpush",
+		Rules:          event.DefaultRules(),
+		MaxInFlight:    1024,
+		MaxHeld:        20_000,
+		RetryLateness:  10 * time.Millisecond,
+		Jitter:         0.1,
+		MaxJitter:      5 * time.Second,
+		Prefetch:       250 * time.Millisecond,
+		DrainTimeout:   20 * time.Second,
+		StuckAfter:     time.Minute,
+		CommitInterval: 100 * time.Millisecond,
+		SigLifetime:    7 * 24 * time.Hour,
+		TombstoneSize:  100_000,
+		TombstoneTTL:   24 * time.Hour,
+		Pacing:         pacing.DefaultConfig(),
+		Now:            time.Now,
+	}
+}
+
+// Validate names the first field out of range.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.MaxInFlight < 1 {
+		errs = append(errs, fmt.Errorf("max-in-flight: %d, want at least 1", c.MaxInFlight))
+	}
+	if c.MaxHeld < 1 {
+		errs = append(errs, fmt.Errorf("max-held: %d, want at least 1", c.MaxHeld))
+	}
+	if c.RetryLateness < 0 {
+		errs = append(errs, fmt.Errorf("retry-lateness: %s, want 0 (off) or more", c.RetryLateness))
+	}
+	if c.Jitter < 0 || c.Jitter > 1 {
+		errs = append(errs, fmt.Errorf("retry-jitter: %g, want 0..1", c.Jitter))
+	}
+	if c.Group == "" {
+		errs = append(errs, errors.New("group: empty"))
+	}
+	if c.CommitInterval < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("commit-interval: %s, want at least 10ms", c.CommitInterval))
+	}
+	if c.TombstoneSize < 1 {
+		errs = append(errs, fmt.Errorf("tombstone-size: %d, want at least 1", c.TombstoneSize))
+	}
+	if err := c.Policy.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Pacing.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Processor is the engine: a consumer whose records a deliver.Handler
+// handles, pacing sends per push service.
+type Processor struct {
+	*consume.Consumer
+	pacer *pacing.Pacer
+	stats *deliver.Stats
+}
+
+// Option sets an optional dependency of a Processor.
+type Option func(*options)
+
+type options struct {
+	hooks  []deliver.Hooks
+	tracer deliver.Tracer
+	pacing []pacing.Option
+	kopts  []kgo.Opt
+}
+
+// WithHooks observes every handled record (metrics, the status table).
+func WithHooks(h deliver.Hooks) Option {
+	return func(o *options) { o.hooks = append(o.hooks, h) }
+}
+
+// WithPacingObserver receives every pacing event (cuts, breaker changes,
+// pauses).
+func WithPacingObserver(fn func(pacing.Event)) Option {
+	return func(o *options) { o.pacing = append(o.pacing, pacing.WithObserver(fn)) }
+}
+
+// WithTracer follows every event across its hops (telemetry.Tracing); the
+// Kafka client's own tracing hooks go in kopts.
+func WithTracer(t deliver.Tracer) Option { return func(o *options) { o.tracer = t } }
+
+// New returns a Processor consuming with group options added to kopts (seed
+// brokers, TLS, SASL, dialer, client hooks and so on). sender and signer
+// are required.
+func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.Signer, kopts []kgo.Opt, opts ...Option) (*Processor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if sender == nil || signer == nil {
+		return nil, errors.New("pipeline: sender and signer are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	for i, t := range tiers.All {
+		cfg.Pacing.Weights[i] = cfg.Policy.Ladder(t).Weight
+	}
+	pacer, err := pacing.New(cfg.Pacing, append([]pacing.Option{pacing.WithClock(cfg.Now)}, o.pacing...)...)
+	if err != nil {
+		return nil, fmt.Errorf("pacing: %w", err)
+	}
+	dcfg := deliver.Config{Names: cfg.Names, Policy: cfg.Policy, Rules: cfg.Rules, Jitter: cfg.Jitter, MaxJitter: cfg.MaxJitter,
+		SigLifetime: cfg.SigLifetime, TombstoneSize: cfg.TombstoneSize, TombstoneTTL: cfg.TombstoneTTL, Now: cfg.Now}
+	stats := &deliver.Stats{}
+	dopts := []deliver.Option{deliver.WithHooks(append(deliver.MultiHooks{stats}, o.hooks...))}
+	if o.tracer != nil {
+		dopts = append(dopts, deliver.WithTracer(o.tracer))
+	}
+	h, err := deliver.New(dcfg, log, sender, signer, pacer, dopts...)
+	if err != nil {
+		return nil, err
+	}
+	c, err := consume.New(consume.Config{
+		Group: cfg.Group, Names: cfg.Names, Policy: cfg.Policy, ExtraInputs: cfg.ExtraInputs,
+		MaxInFlight: cfg.MaxInFlight, MaxHeld: cfg.MaxHeld, RetryLateness: cfg.RetryLateness,
+		Prefetch: cfg.Prefetch, CommitInterval: cfg.CommitInterval, DrainTimeout: cfg.DrainTimeout,
+		StuckAfter: cfg.StuckAfter, JitterSpan: dcfg.JitterSpan, Now: cfg.Now,
+	}, log, h, stats, append(kopts[:len(kopts):len(kopts)], o.kopts...))
+	if err != nil {
+		return nil, err
+	}
+	return &Processor{Consumer: c, pacer: pacer, stats: stats}, nil
+}
+
+// Pacer is the processor's pacer (for status and metrics).
+func (p *Processor) Pacer() *pacing.Pacer { return p.pacer }
+
+// Stats returns the processor's counters.
+func (p *Processor) Stats() *deliver.Stats { return p.stats }
+
+// WithClientOpts adds options to the Kafka client, such as kotel's hooks.
+func WithClientOpts(opts ...kgo.Opt) Option {
+	return func(o *options) { o.kopts = append(o.kopts, opts...) }
+}
