@@ -54,7 +54,11 @@ func NewMetrics(ctx context.Context) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Metrics{reg: reg, provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res))}
+	m := &Metrics{reg: reg, provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res),
+		// Per-origin series: any public host is a new origin. Past this
+		// many label sets a metric folds the rest into one overflow
+		// series instead of growing for good.
+		sdkmetric.WithCardinalityLimit(MaxSeries))}
 	meter := m.provider.Meter("github.com/tierpush/tierpush")
 	seconds := metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 	var errs [9]error
@@ -86,6 +90,9 @@ func (m *Metrics) KafkaMeter() *kotel.Meter {
 	return kotel.NewMeter(kotel.MeterProvider(m.provider), kotel.WithMergedConnectsMeter())
 }
 
+// MaxSeries bounds the label sets of one metric (per-origin series).
+const MaxSeries = 2000
+
 // Gauges are the values Metrics reads when scraped.
 type Gauges struct {
 	Lanes    func() []pacing.LaneState
@@ -96,6 +103,11 @@ type Gauges struct {
 	// Lag returns, per topic, the records not yet committed and, for
 	// retry topics, how many of them are held because they are not due.
 	Lag func(ctx context.Context) (map[string]Lag, error)
+	// ProduceFailures counts produces that failed and were tried again.
+	ProduceFailures func() int64
+	// Stuck counts partitions whose produce has failed past the bound
+	// that makes the processor unready.
+	Stuck func() int
 }
 
 // Lag is the consumer lag of one topic.
@@ -135,7 +147,21 @@ func (m *Metrics) Observe(g Gauges) error {
 	if err != nil {
 		return err
 	}
+	produceFailures, err := meter.Int64ObservableCounter("tierpush_produce_failures", metric.WithDescription("produces that failed and were tried again; the source record stays uncommitted meanwhile"))
+	if err != nil {
+		return err
+	}
+	stuck, err := meter.Int64ObservableGauge("tierpush_partition_stuck", metric.WithDescription("partitions whose produce has failed past the bound that makes /readyz unready"))
+	if err != nil {
+		return err
+	}
 	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		if g.ProduceFailures != nil {
+			o.ObserveInt64(produceFailures, g.ProduceFailures())
+		}
+		if g.Stuck != nil {
+			o.ObserveInt64(stuck, int64(g.Stuck()))
+		}
 		if g.Lanes != nil {
 			for _, l := range g.Lanes() {
 				a := metric.WithAttributes(attribute.String("origin", l.Origin))
@@ -164,7 +190,7 @@ func (m *Metrics) Observe(g Gauges) error {
 			}
 		}
 		return nil
-	}, limit, share, breaker, originFlight, inFlight, inFlightLimit, lag)
+	}, limit, share, breaker, originFlight, inFlight, inFlightLimit, lag, produceFailures, stuck)
 	return err
 }
 

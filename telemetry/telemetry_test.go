@@ -96,8 +96,8 @@ func TestOneTracePerEvent(t *testing.T) {
 			outcome string
 		}{
 			{1, "first", 503, "retry retry-2s"},
-			{2, "2s", 429, "retry retry-8s"},
-			{3, "8s", 201, "delivered"},
+			{2, "retry-2s", 429, "retry retry-8s"},
+			{3, "retry-8s", 201, "delivered"},
 		}
 		for i, w := range want {
 			a := attrs(sends[i])

@@ -140,9 +140,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	}
 	adm := kadm.NewClient(p.Client())
 	if err := metrics.Observe(telemetry.Gauges{
-		Lanes:         p.Pacer().Lanes,
-		InFlight:      p.InFlight,
-		InFlightLimit: p.InFlightLimit,
+		Lanes:           p.Pacer().Lanes,
+		InFlight:        p.InFlight,
+		InFlightLimit:   p.InFlightLimit,
+		ProduceFailures: p.ProduceFailures,
+		Stuck:           p.Stuck,
 		Lag: func(ctx context.Context) (map[string]telemetry.Lag, error) {
 			return groupLag(ctx, adm, cfg.Group, p.Held())
 		},
