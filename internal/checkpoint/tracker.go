@@ -30,7 +30,8 @@ type Tracker struct {
 	// dirty: a record finished behind an unfinished one since the last
 	// commit told which (Metadata).
 	dirty  bool
-	closed bool // handed over: tell nothing more
+	closed bool        // handed over: tell nothing more
+	passed *kgo.Record // the last record the head passed
 }
 
 // SetPrior records the spans an earlier owner of the partition committed as
@@ -80,6 +81,7 @@ func (t *Tracker) finishLocked(e *Entry) *kgo.Record {
 		last = t.queue[i].Record
 	}
 	if i > 0 {
+		t.passed = last
 		n := copy(t.queue, t.queue[i:])
 		clear(t.queue[n:])
 		t.queue = t.queue[:n]
@@ -113,6 +115,22 @@ func (t *Tracker) Head() (kgo.EpochOffset, bool) {
 	}
 	h := t.queue[0].Record
 	return kgo.EpochOffset{Epoch: h.LeaderEpoch, Offset: h.Offset}, true
+}
+
+// Committable returns the offset a commit of the partition may name now:
+// the first unfinished record's, or the one after the last record the head
+// passed; ok is false when nothing was tracked yet.
+func (t *Tracker) Committable() (kgo.EpochOffset, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case len(t.queue) > 0:
+		h := t.queue[0].Record
+		return kgo.EpochOffset{Epoch: h.LeaderEpoch, Offset: h.Offset}, true
+	case t.passed != nil:
+		return kgo.EpochOffset{Epoch: t.passed.LeaderEpoch, Offset: t.passed.Offset + 1}, true
+	}
+	return kgo.EpochOffset{}, false
 }
 
 // Metadata returns the commit metadata of a commit at committed: the

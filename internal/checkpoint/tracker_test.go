@@ -135,3 +135,20 @@ func TestStranded(t *testing.T) {
 		t.Errorf("stranded %v, want %v", got, want)
 	}
 }
+
+func TestCommittable(t *testing.T) {
+	tr := &Tracker{}
+	if _, ok := tr.Committable(); ok {
+		t.Fatal("nothing tracked, yet something to commit")
+	}
+	e1, _, _ := tr.Track(&kgo.Record{Offset: 7, LeaderEpoch: 2})
+	e2, _, _ := tr.Track(&kgo.Record{Offset: 8, LeaderEpoch: 2})
+	tr.Finish(e2)
+	if h, ok := tr.Committable(); !ok || h.Offset != 7 {
+		t.Fatalf("head unfinished: %v %v, want offset 7", h, ok)
+	}
+	tr.Finish(e1)
+	if h, ok := tr.Committable(); !ok || h.Offset != 9 || h.Epoch != 2 {
+		t.Fatalf("all finished: %v %v, want offset 9 epoch 2", h, ok)
+	}
+}

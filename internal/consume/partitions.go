@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // This file owns the life of every partition worker: a worker is started in
@@ -93,11 +95,7 @@ func (c *Consumer) handOff(cl *kgo.Client, m map[string][]int32, graceful bool) 
 		}
 	}
 	if graceful {
-		cctx, ccancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
-		if cerr := cl.CommitMarkedOffsets(kgo.PreCommitFnContext(cctx, c.annotateCommit)); cerr != nil && !errors.Is(cerr, kgo.ErrClientClosed) {
-			err = errors.Join(err, fmt.Errorf("commit on hand-off: %w", cerr))
-		}
-		ccancel()
+		err = errors.Join(err, c.commitHandedOff(cl, ws))
 	}
 	c.mu.Lock()
 	for _, w := range ws {
@@ -107,4 +105,44 @@ func (c *Consumer) handOff(cl *kgo.Client, m map[string][]int32, graceful bool) 
 	c.mu.Unlock()
 	cl.ResumeFetchPartitions(m)
 	return err
+}
+
+// commitHandedOff commits every partition of ws at its checkpoint's head,
+// with the finished offsets after it. Every one, not only those whose head
+// moved (what CommitMarkedOffsets sends): records that finished behind an
+// unfinished one during the drain must reach the metadata, or the next
+// owner sends them again.
+func (c *Consumer) commitHandedOff(cl *kgo.Client, ws []*worker) error {
+	offs := make(map[string]map[int32]kgo.EpochOffset)
+	for _, w := range ws {
+		if h, ok := w.ck.Committable(); ok {
+			if offs[w.topic] == nil {
+				offs[w.topic] = make(map[int32]kgo.EpochOffset)
+			}
+			offs[w.topic][w.part] = h
+		}
+	}
+	if len(offs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
+	defer cancel()
+	var errs []error
+	cl.CommitOffsetsSync(kgo.PreCommitFnContext(ctx, c.annotateCommit), offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					errs = append(errs, fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, err))
+				}
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil && !errors.Is(err, kgo.ErrClientClosed) {
+		return fmt.Errorf("commit on hand-off: %w", err)
+	}
+	return nil
 }
