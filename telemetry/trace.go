@@ -10,11 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tierpush/tierpush/internal/deliver"
-	"github.com/tierpush/tierpush/internal/pipeline"
-	"github.com/tierpush/tierpush/internal/push"
-	"github.com/tierpush/tierpush/tiers"
-	"github.com/tierpush/tierpush/topology"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kotel"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
@@ -26,6 +21,12 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/tierpush/tierpush/internal/deliver"
+	"github.com/tierpush/tierpush/internal/pipeline"
+	"github.com/tierpush/tierpush/internal/push"
+	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
 )
 
 // Propagator carries W3C trace context (traceparent, tracestate) and

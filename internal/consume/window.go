@@ -3,6 +3,7 @@ package consume
 import (
 	"sync"
 
+	"github.com/tierpush/tierpush/tiers"
 	"github.com/tierpush/tierpush/topology"
 )
 
@@ -28,9 +29,8 @@ type window struct {
 	mu      sync.Mutex
 	size    int
 	free    int
-	weights [3]int
-	wrr     [2][3]int
-	queues  [2][3][]*worker // {first, retry} × tier; partition.inWindow
+	turns   [2]tiers.RoundRobin // {first, retry}
+	queues  [2][3][]*worker     // {first, retry} × tier; worker.inWindow
 	waiting int
 }
 
@@ -39,7 +39,8 @@ type window struct {
 // (not if the partition was handed back or has nothing ready) and whether
 // the partition has more ready. It must not block or call the window.
 func newWindow(size int, weights [3]int, start func(*worker) (started, more bool)) *window {
-	return &window{size: size, free: size, weights: weights, start: start}
+	rr := tiers.NewRoundRobin(weights)
+	return &window{size: size, free: size, turns: [2]tiers.RoundRobin{rr, rr}, start: start}
 }
 
 // windowClass is the queue a partition waits in.
@@ -115,24 +116,13 @@ func (w *window) pickLocked() *worker {
 	}
 	for retry := 1; retry >= 0; retry-- {
 		qs := &w.queues[retry]
-		best, total := -1, 0
-		for t := range qs {
-			if len(qs[t]) == 0 {
-				continue
-			}
-			w.wrr[retry][t] += w.weights[t]
-			total += w.weights[t]
-			if best < 0 || w.wrr[retry][t] > w.wrr[retry][best] {
-				best = t
-			}
-		}
-		if best < 0 {
+		t := w.turns[retry].Next(func(i int) bool { return len(qs[i]) > 0 })
+		if t < 0 {
 			continue
 		}
-		w.wrr[retry][best] -= total
-		ps := qs[best][0]
-		qs[best][0] = nil
-		qs[best] = qs[best][1:]
+		ps := qs[t][0]
+		qs[t][0] = nil
+		qs[t] = qs[t][1:]
 		w.waiting--
 		return ps
 	}
