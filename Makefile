@@ -68,7 +68,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseOrigin$$' -fuzztime $(FUZZTIME) ./topology
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./topology
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRetryAfter$$' -fuzztime $(FUZZTIME) ./internal/dispatch
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFinished$$' -fuzztime $(FUZZTIME) ./internal/pipeline
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/checkpoint
 
 # Pacing against a push service that allows 500 requests/s, offered 2,000
 # events/s for 60 s, with pacing on and off, on a fake clock: prints the
