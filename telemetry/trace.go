@@ -148,7 +148,7 @@ func (t *Tracing) End(ctx context.Context, rep *deliver.Report) {
 		span.AddEvent("push.hop")
 	case rep.Tombstoned:
 		span.AddEvent("push.tombstoned")
-	case !rep.DeferredUntil.IsZero():
+	case rep.Paced:
 		span.AddEvent("push.deferred_by_pacing", trace.WithAttributes(attribute.String("push.not_before", rep.DeferredUntil.UTC().Format(time.RFC3339Nano))))
 	}
 	if len(rep.Dead) > 0 && !rep.Sent {

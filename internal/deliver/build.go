@@ -22,7 +22,7 @@ func (h *Handler) retry(j *job, d topology.Decision) *kgo.Record {
 	topic := h.cfg.Names.Retry(j.in.Source.Tier, d.Delay)
 	due := d.Due.Add(h.jitter(d.Delay))
 	j.rep.Retry = &RetryInfo{Tier: j.in.Source.Tier, Step: tiers.StepName(d.Delay), Topic: topic, Origin: j.rep.Origin,
-		Deferred: j.res.Class == push.Deferred, RetryAfter: j.res.RetryAfter > 0}
+		Deferred: j.res.Class == push.Deferred, Paced: j.rep.Paced, RetryAfter: j.res.RetryAfter > 0}
 	return retryRecord(h.signer, topic, j.in.Record, j.meta, due, d.NotBefore, h.cfg.SigLifetime)
 }
 

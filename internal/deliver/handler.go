@@ -232,7 +232,7 @@ func (h *Handler) admit(ctx context.Context, j *job) (out []*kgo.Record, ok bool
 		// Halted, paused or over the origin's queue: back to the ladder
 		// without spending an attempt.
 		j.res = push.Result{Class: push.Deferred, Status: j.meta.Status}
-		j.rep.DeferredUntil = until
+		j.rep.Paced, j.rep.DeferredUntil = true, until
 		j.dec.NotBefore = later(j.dec.NotBefore, until)
 		j.dec.Now = h.cfg.Now()
 		return nil, true

@@ -59,7 +59,8 @@ type Report struct {
 	Due, PickedUp time.Time
 	Hop           bool      // a Retry-After hop through the last step: no send
 	Tombstoned    bool      // the endpoint answered 404/410 recently: no send
-	DeferredUntil time.Time // the pacer deferred it to the ladder: no send
+	Paced         bool      // the pacer deferred it to the ladder: no send
+	DeferredUntil time.Time // not before this, as the pacer said (zero: no floor)
 	Abandoned     bool      // the partition was handed back before the send
 
 	Sent               bool
@@ -121,6 +122,7 @@ type RetryInfo struct {
 	Topic      string
 	Origin     string
 	Deferred   bool // no send was made (pacing, a Retry-After hop)
+	Paced      bool // the pacer held it back (no slot for its origin)
 	RetryAfter bool // the push service's Retry-After chose the step
 }
 

@@ -89,7 +89,7 @@ func (s *Stats) Retried(r RetryInfo) {
 		s.retries = make(map[string]int64)
 	}
 	s.retries[r.Topic]++
-	if r.Deferred && r.Origin != "" {
+	if r.Paced {
 		s.originLocked(r.Origin).Deferred++
 	}
 }
