@@ -1,0 +1,216 @@
+package deliver
+
+import (
+	"context"
+	"crypto/ecdh"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierpush/tierpush/internal/event"
+	"github.com/tierpush/tierpush/internal/pacing"
+	"github.com/tierpush/tierpush/internal/push"
+	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
+)
+
+// sender answers every send with res and counts the sends.
+type sender struct {
+	res   push.Result
+	sends int
+}
+
+func (s *sender) Send(context.Context, *event.Event, time.Duration) push.Result {
+	s.sends++
+	return s.res
+}
+
+var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+
+func newHandler(t *testing.T, res push.Result) (*Handler, *sender, *topology.Signer) {
+	t.Helper()
+	signer, err := topology.NewSigner([]byte("deliver-test-key-0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pacer, err := pacing.New(pacing.DefaultConfig(), pacing.WithClock(func() time.Time { return t0 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sender{res: res}
+	h, err := New(Config{Names: topology.Names{Prefix: topology.DefaultPrefix}, Policy: tiers.DefaultPolicy(), Rules: event.DefaultRules(),
+		SigLifetime: time.Hour, TombstoneSize: 10, TombstoneTTL: time.Hour, Now: func() time.Time { return t0 }},
+		slog.New(slog.NewTextHandler(io.Discard, nil)), s, signer, pacer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, s, signer
+}
+
+// eventValue is a valid event of id with extra fields.
+func eventValue(id string, extra map[string]any) []byte {
+	key, err := ecdh.P256().GenerateKey(rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	auth := make([]byte, 16)
+	rand.Read(auth)
+	m := map[string]any{"id": id, "payload": "hello",
+		"subscription": map[string]any{"endpoint": "https://fcm.googleapis.com/fcm/send/" + id,
+			"keys": map[string]any{"p256dh": base64.RawURLEncoding.EncodeToString(key.PublicKey().Bytes()), "auth": base64.RawURLEncoding.EncodeToString(auth)}}}
+	for k, v := range extra {
+		m[k] = v
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func tierIn(value []byte) In {
+	return In{Record: &kgo.Record{Topic: "push.tier1", Value: value, Timestamp: t0}, Source: topology.Source{Tier: tiers.Tier1}, Received: t0}
+}
+
+func topics(d *Delivery) []string {
+	var out []string
+	for _, r := range d.Records {
+		out = append(out, r.Topic)
+	}
+	return out
+}
+
+func TestHandleRoutes(t *testing.T) {
+	tests := []struct {
+		name    string
+		res     push.Result
+		value   []byte
+		want    []string
+		reasons []topology.Reason
+		sends   int
+	}{
+		{"delivered", push.Result{Class: push.Delivered, Status: 201}, eventValue("a", nil), []string{"push.outcomes"}, nil, 1},
+		{"retryable", push.Result{Class: push.Retryable, Status: 503}, eventValue("b", nil), []string{"push.tier1.retry-2s"}, nil, 1},
+		{"gone", push.Result{Class: push.Gone, Status: 410}, eventValue("c", nil), []string{"push.gone", "push.outcomes"}, nil, 1},
+		{"rejected", push.Result{Class: push.Rejected, Status: 400}, eventValue("d", nil), []string{"push.dlq", "push.outcomes"}, []topology.Reason{topology.ReasonRejected}, 1},
+		{"invalid event with an id", push.Result{}, []byte(`{"id":"e"}`), []string{"push.dlq", "push.outcomes"}, []topology.Reason{topology.ReasonInvalidEvent}, 0},
+		{"not json", push.Result{}, []byte(`}{`), []string{"push.dlq"}, []topology.Reason{topology.ReasonInvalidEvent}, 0},
+		{"ttl 0 retryable expires", push.Result{Class: push.Retryable, Status: 503}, eventValue("f", map[string]any{"ttl": 0}), []string{"push.dlq", "push.outcomes"}, []topology.Reason{topology.ReasonTTLExpired}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, s, _ := newHandler(t, tt.res)
+			d := h.Handle(context.Background(), tierIn(tt.value))
+			if d == nil {
+				t.Fatal("nil delivery")
+			}
+			if got := topics(d); !equal(got, tt.want) {
+				t.Errorf("produces %v, want %v", got, tt.want)
+			}
+			if !equalReasons(d.Report.Dead, tt.reasons) {
+				t.Errorf("dead reasons %v, want %v", d.Report.Dead, tt.reasons)
+			}
+			if s.sends != tt.sends {
+				t.Errorf("%d sends, want %d", s.sends, tt.sends)
+			}
+		})
+	}
+}
+
+// A record whose partition is handed back while it waits for the pacer is
+// abandoned: nothing sent, nothing produced, so the next owner sends it.
+func TestHandleAbandoned(t *testing.T) {
+	h, s, _ := newHandler(t, push.Result{Class: push.Delivered, Status: 201})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if d := h.Handle(ctx, tierIn(eventValue("a", nil))); d != nil {
+		t.Fatalf("handed back: produces %v, want nothing", topics(d))
+	}
+	if s.sends != 0 {
+		t.Fatalf("handed back: %d sends", s.sends)
+	}
+}
+
+// A retry record is verified before anything else: a forged one goes to
+// the DLQ unsent, with no outcome (its id cannot be trusted); a signed one
+// carries its attempts on.
+func TestHandleRetryRecords(t *testing.T) {
+	h, s, signer := newHandler(t, push.Result{Class: push.Delivered, Status: 201})
+	topic := "push.tier1.retry-2s"
+	v := eventValue("r", nil)
+	meta := topology.Meta{Attempt: 1, Due: t0, FirstSeen: t0.Add(-2 * time.Second), Origin: "push.tier1/0/7", Status: 503}
+	hs := meta.Headers(nil)
+	hs = append(hs, kgo.RecordHeader{Key: topology.HeaderSig, Value: []byte(signer.Sign(topic, hs, v, t0.Add(time.Hour)))})
+	in := In{Record: &kgo.Record{Topic: topic, Value: v, Headers: hs, Timestamp: t0}, Source: topology.Source{Tier: tiers.Tier1, Retry: true, Delay: 2 * time.Second}, Received: t0, Due: t0}
+
+	d := h.Handle(context.Background(), in)
+	if got := topics(d); !equal(got, []string{"push.outcomes"}) || s.sends != 1 {
+		t.Fatalf("signed retry: produces %v after %d sends", got, s.sends)
+	}
+	var o topology.OutcomeRecord
+	if err := json.Unmarshal(d.Records[0].Value, &o); err != nil || o.Attempts != 2 || o.FirstSeen != meta.FirstSeen.UnixMilli() {
+		t.Fatalf("outcome %+v (%v), want attempts 2 and the first send's time", o, err)
+	}
+
+	forged := *in.Record
+	forged.Value = eventValue("other", nil)
+	in.Record = &forged
+	d = h.Handle(context.Background(), in)
+	if got := topics(d); !equal(got, []string{"push.dlq"}) || d.Report.Dead[0] != topology.ReasonBadSignature || s.sends != 1 {
+		t.Fatalf("forged retry: produces %v, dead %v, %d sends", got, d.Report.Dead, s.sends)
+	}
+}
+
+// The hooks see a record only when Acked is called.
+func TestHooksAfterAck(t *testing.T) {
+	h, _, _ := newHandler(t, push.Result{Class: push.Delivered, Status: 201})
+	var stats Stats
+	h.hooks = &stats
+	d := h.Handle(context.Background(), tierIn(eventValue("a", nil)))
+	if got := stats.Snapshot(); got.Delivered != 0 || len(got.Origins) != 0 {
+		t.Fatalf("counted before the ack: %+v", got)
+	}
+	d.Acked()
+	if got := stats.Snapshot(); got.Delivered != 1 || got.Origins["https://fcm.googleapis.com"].Sends != 1 {
+		t.Fatalf("after the ack: %+v", got)
+	}
+}
+
+func TestDeadRecordDropsOversize(t *testing.T) {
+	r := &kgo.Record{Key: make([]byte, maxKeyLen+1), Value: make([]byte, event.MaxEventSize+1)}
+	d := deadRecord("push.dlq", r, topology.Meta{FirstSeen: t0}, topology.ReasonInvalidEvent, "too big")
+	if d.Key != nil || d.Value != nil {
+		t.Fatalf("an oversized key or value was copied to the DLQ: key %d value %d bytes", len(d.Key), len(d.Value))
+	}
+	m, err := topology.DecodeMeta(d.Headers)
+	if err != nil || m.Reason != topology.ReasonInvalidEvent || m.Error != "too big" {
+		t.Fatalf("headers %+v (%v)", m, err)
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func equalReasons(a, b []topology.Reason) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
