@@ -1,5 +1,10 @@
 package topology
 
+import (
+	"encoding/json"
+	"strconv"
+)
+
 // The ledger's record types: the JSON values of push.outcomes and push.gone
 // (docs/design.md, "Contract"). Consumers of those topics decode them with
 // these types; the processor writes nothing else there.
@@ -25,4 +30,49 @@ type GoneRecord struct {
 	EventID      string `json:"event_id"`
 	Status       int    `json:"status"`
 	At           string `json:"at"`
+}
+
+// AppendJSON appends o as JSON, byte for byte what encoding/json writes,
+// without reflection: one is written for every event.
+func (o *OutcomeRecord) AppendJSON(b []byte) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, o.ID)
+	b = append(b, `,"outcome":`...)
+	b = appendJSONString(b, o.Outcome)
+	b = append(b, `,"reason":`...)
+	b = appendJSONString(b, o.Reason)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(o.Status), 10)
+	b = append(b, `,"attempts":`...)
+	b = strconv.AppendInt(b, int64(o.Attempts), 10)
+	if o.Tier != "" {
+		b = append(b, `,"tier":`...)
+		b = appendJSONString(b, o.Tier)
+	}
+	if o.EndpointHash != "" {
+		b = append(b, `,"endpoint_hash":`...)
+		b = appendJSONString(b, o.EndpointHash)
+	}
+	b = append(b, `,"latency_ms":`...)
+	b = strconv.AppendInt(b, o.LatencyMS, 10)
+	b = append(b, `,"first_seen":`...)
+	b = strconv.AppendInt(b, o.FirstSeen, 10)
+	b = append(b, `,"at":`...)
+	b = strconv.AppendInt(b, o.At, 10)
+	return append(b, '}')
+}
+
+// appendJSONString appends s quoted as encoding/json does. Plain printable
+// ASCII is copied; anything it would escape (quotes, control characters,
+// <, >, &, non-ASCII) goes through encoding/json itself.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }

@@ -32,11 +32,11 @@ func (h *Handler) terminal(j *job, d topology.Decision) []*kgo.Record {
 	out := make([]*kgo.Record, 0, 2)
 	switch {
 	case d.Outcome == topology.OutcomeGone && j.res.Class == push.Gone && j.res.Status != 0:
-		out = append(out, goneRecord(h.cfg.Names.Gone(), j.in.Record, j.ev, j.meta.Status, j.dec.Now))
+		out = append(out, goneRecord(h.cfg.Names.Gone(), j.in.Record, j.ev, j.rep.Sub, j.meta.Status, j.dec.Now))
 	case d.Outcome != topology.OutcomeDelivered && d.Outcome != topology.OutcomeGone:
 		out = append(out, h.dead(j, d.Reason, j.res.Err)...)
 	}
-	return append(out, h.outcome(j, j.ev.ID, j.ev.EndpointHash(), d))
+	return append(out, h.outcome(j, j.ev.ID, j.rep.Sub, d))
 }
 
 // dead builds the DLQ record of j.
@@ -95,20 +95,20 @@ func deadRecord(topic string, r *kgo.Record, meta topology.Meta, reason topology
 
 // outcomeRecord is the ledger record o of r, keyed by the event id.
 func outcomeRecord(topic string, r *kgo.Record, meta topology.Meta, o topology.OutcomeRecord) *kgo.Record {
-	v, _ := json.Marshal(o)
+	v := o.AppendJSON(make([]byte, 0, 256))
 	meta.Due, meta.NotBefore, meta.Error = time.Time{}, time.Time{}, ""
 	meta.Reason = topology.Reason(o.Reason)
 	hs := appendTrace(meta.Headers(make([]kgo.RecordHeader, 0, 8)), r)
 	return &kgo.Record{Topic: topic, Key: []byte(o.ID), Value: v, Headers: hs}
 }
 
-// goneRecord is the unsubscribe event of e's endpoint.
-func goneRecord(topic string, r *kgo.Record, e *event.Event, status int, now time.Time) *kgo.Record {
+// goneRecord is the unsubscribe event of e's endpoint, whose hash is sub.
+func goneRecord(topic string, r *kgo.Record, e *event.Event, sub string, status int, now time.Time) *kgo.Record {
 	v, _ := json.Marshal(topology.GoneRecord{
-		Endpoint: e.Endpoint, EndpointHash: e.EndpointHash(), EventID: e.ID,
+		Endpoint: e.Endpoint, EndpointHash: sub, EventID: e.ID,
 		Status: status, At: now.UTC().Format(time.RFC3339Nano),
 	})
-	return &kgo.Record{Topic: topic, Key: []byte(e.EndpointHash()), Value: v, Headers: appendTrace(nil, r)}
+	return &kgo.Record{Topic: topic, Key: []byte(sub), Value: v, Headers: appendTrace(nil, r)}
 }
 
 // maxKeyLen bounds the record key the processor accepts and copies.

@@ -192,6 +192,8 @@ func (h *Handler) decode(j *job) ([]*kgo.Record, bool) {
 		return out, false
 	}
 	j.ev = ev
+	// The endpoint's hash names the subscription everywhere below: hashed
+	// once.
 	j.rep.EventID, j.rep.Origin, j.rep.Sub = ev.ID, ev.Origin(), ev.EndpointHash()
 	j.dec = topology.Input{Tier: j.in.Source.Tier, Attempt: j.meta.Attempt, NotBefore: j.meta.NotBefore, Now: j.now}
 	if ev.TTL > 0 {
@@ -209,7 +211,7 @@ func (h *Handler) admit(ctx context.Context, j *job) (out []*kgo.Record, ok bool
 	case j.meta.NotBefore.After(j.now):
 		j.res, j.rep.Hop = push.Result{Class: push.Deferred, Status: j.meta.Status}, true
 		return nil, true
-	case h.isGone(j.ev, j.now):
+	case h.isGone(j.rep.Sub, j.now):
 		j.res, j.rep.Tombstoned = push.Result{Class: push.Gone, Status: j.meta.Status}, true
 		return nil, true
 	case j.ev.TTL > 0 && j.dec.Deadline.Sub(j.now) < time.Second, j.ev.TTL == 0 && j.meta.Attempt > 0:
@@ -217,7 +219,7 @@ func (h *Handler) admit(ctx context.Context, j *job) (out []*kgo.Record, ok bool
 		return h.expired(j), false
 	}
 	slot, until := h.pacer.Acquire(ctx, pacing.Request{
-		Origin: j.ev.Origin(), Sub: j.ev.EndpointHash(), Tier: j.in.Source.Tier, Retry: j.meta.Attempt > 0,
+		Origin: j.ev.Origin(), Sub: j.rep.Sub, Tier: j.in.Source.Tier, Retry: j.meta.Attempt > 0,
 		Failing: j.meta.Attempt > 0 && j.meta.Status != 429 && j.meta.Status != 406,
 	})
 	if ctx.Err() != nil {
@@ -280,7 +282,7 @@ func (h *Handler) decide(j *job) []*kgo.Record {
 		return []*kgo.Record{h.retry(j, d)}
 	}
 	if d.Reason == topology.ReasonGone {
-		h.tombstones.Add(j.ev.EndpointHash(), j.dec.Now.Add(h.cfg.TombstoneTTL))
+		h.tombstones.Add(j.rep.Sub, j.dec.Now.Add(h.cfg.TombstoneTTL))
 	}
 	return h.terminal(j, d)
 }
@@ -292,14 +294,15 @@ func (h *Handler) expired(j *job) []*kgo.Record {
 	return h.terminal(j, d)
 }
 
-// isGone reports whether e's endpoint answered 404/410 recently.
-func (h *Handler) isGone(e *event.Event, now time.Time) bool {
-	until, ok := h.tombstones.Get(e.EndpointHash())
+// isGone reports whether the endpoint of hash sub answered 404/410
+// recently.
+func (h *Handler) isGone(sub string, now time.Time) bool {
+	until, ok := h.tombstones.Get(sub)
 	if !ok {
 		return false
 	}
 	if now.After(until) {
-		h.tombstones.Remove(e.EndpointHash())
+		h.tombstones.Remove(sub)
 		return false
 	}
 	return true
