@@ -272,8 +272,12 @@ type HTTPConfig struct {
 	SendTimeout time.Duration
 }
 
+// MaxResponseHeaderBytes bounds the headers of a push service's answer.
+const MaxResponseHeaderBytes = 16 << 10
+
 // NewHTTPClient returns the client every send shares: keep-alive, HTTP/2
-// over TLS, bounded connection, handshake and header timeouts.
+// over TLS, bounded connection, handshake and header timeouts, and headers
+// of at most MaxResponseHeaderBytes.
 func NewHTTPClient(c HTTPConfig) *http.Client {
 	if c.DialContext == nil {
 		d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
@@ -295,6 +299,10 @@ func NewHTTPClient(c HTTPConfig) *http.Client {
 		TLSHandshakeTimeout:   5 * time.Second,
 		ResponseHeaderTimeout: c.SendTimeout,
 		ExpectContinueTimeout: time.Second,
+		// A push service's answer has a few short headers. Go's default
+		// (10 MiB) would let a hostile endpoint make each of hundreds of
+		// sends in flight buffer that much; HTTP/2 takes the same limit.
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 	}
 	if c.TLS != nil {
 		t.TLSClientConfig = c.TLS.clientConfig()

@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -510,4 +512,34 @@ func TestWebPushTransportErrors(t *testing.T) {
 			t.Errorf("Send() = %+v, want retryable timeout", got)
 		}
 	})
+}
+
+// A push service's answer with headers over MaxResponseHeaderBytes is
+// refused after that many bytes, a retryable transport failure, instead of
+// being buffered whole; an answer within the bound is read as usual.
+func TestResponseHeaderLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		header int
+		want   push.Class
+	}{
+		{"8 KiB of headers", 8 << 10, push.Delivered},
+		{"1 MiB of headers", 1 << 20, push.Retryable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("X-Junk", strings.Repeat("x", tc.header))
+				w.WriteHeader(http.StatusCreated)
+			}))
+			t.Cleanup(srv.Close)
+			sim := startSim(t)
+			sub := sim.Subscribe()
+			sub.Endpoint = srv.URL + "/push/hostile"
+			w := newSender(t, newKeys(t), dispatch.Config{})
+			res := w.Send(context.Background(), newEvent(t, sub, nil), time.Minute)
+			if res.Class != tc.want {
+				t.Fatalf("class %s (status %d, %q), want %s", res.Class, res.Status, res.Err, tc.want)
+			}
+		})
+	}
 }

@@ -34,18 +34,28 @@ var errPayloadTooLarge = errors.New("payload too large for one 4096-byte aes128g
 
 // encrypt seals payload for the subscription whose public key is uaPublic
 // and auth secret is authSecret (RFC 8291 §3, RFC 8188 aes128gcm), with a
-// fresh key pair and salt. It never writes to payload.
+// fresh key pair and salt, padded to one full record. It never writes to
+// payload.
 func encrypt(payload, uaPublic, authSecret []byte) ([]byte, error) {
 	if len(payload) > MaxPayload {
 		return nil, errPayloadTooLarge
 	}
-	ua, err := ecdh.P256().NewPublicKey(uaPublic)
-	if err != nil {
-		return nil, fmt.Errorf("subscription p256dh: %w", err)
-	}
 	as, err := ecdh.P256().GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generate ephemeral key: %w", err)
+	}
+	var salt [saltLen]byte
+	rand.Read(salt[:])
+	return seal(payload, uaPublic, authSecret, as, salt[:], plainLen)
+}
+
+// seal is encrypt with the sender's key pair as and salt given, and the
+// plaintext (payload, delimiter, zeros) plainSize bytes long: the seam of
+// the RFC 8291 Appendix A known-answer test, whose example is not padded.
+func seal(payload, uaPublic, authSecret []byte, as *ecdh.PrivateKey, saltIn []byte, plainSize int) ([]byte, error) {
+	ua, err := ecdh.P256().NewPublicKey(uaPublic)
+	if err != nil {
+		return nil, fmt.Errorf("subscription p256dh: %w", err)
 	}
 	secret, err := as.ECDH(ua)
 	if err != nil {
@@ -53,9 +63,9 @@ func encrypt(payload, uaPublic, authSecret []byte) ([]byte, error) {
 	}
 	asPublic := as.PublicKey().Bytes()
 
-	body := make([]byte, headerLen, headerLen+plainLen+tagLen)
+	body := make([]byte, headerLen, headerLen+plainSize+tagLen)
 	salt := body[:saltLen]
-	rand.Read(salt)
+	copy(salt, saltIn)
 	binary.BigEndian.PutUint32(body[saltLen:], recordSize)
 	body[saltLen+4] = pointLen
 	copy(body[saltLen+5:], asPublic)
@@ -91,7 +101,7 @@ func encrypt(payload, uaPublic, authSecret []byte) ([]byte, error) {
 	}
 	// The plaintext is built in place after the header and sealed over
 	// itself (dst = plaintext[:0] is allowed).
-	plain := body[headerLen : headerLen+plainLen]
+	plain := body[headerLen : headerLen+plainSize]
 	n = copy(plain, payload)
 	plain[n] = 2 // the last record's delimiter; the rest is already zero
 	sealed := gcm.Seal(plain[:0], nonce, plain, nil)

@@ -30,24 +30,38 @@ func burnCPU(t *testing.T, n int) {
 }
 
 // TestRollingRestartUnderLoad: three processors share a group while a
-// push service answers in 300 ms, takes 32 sends at a time from each, and
-// fails a tenth of the events once with 503, so hundreds of records wait in
-// each processor's pacer for longer than a hand-off waits; each processor in turn is stopped gracefully and started again, then
-// a fourth joins, all while events flow and every core is also busy with
-// other work. Nothing is killed, so nothing may be sent twice: every
-// hand-off finishes or abandons what its partitions had, and commits what
-// finished.
+// push service answers slowly (300 ms, or 1 s), takes 32 sends at a time
+// from each, and fails a tenth of the events once with 503, so hundreds of
+// records wait in each processor's pacer for longer than a hand-off waits;
+// each processor in turn is stopped gracefully and started again, then a
+// fourth joins, all while events flow and the cores are also busy with
+// other processes' work. Nothing is killed, so nothing may be sent twice:
+// every hand-off finishes or abandons what its partitions had, and commits
+// what finished.
 func TestRollingRestartUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of rolling restarts")
 	}
+	for _, tc := range []struct {
+		name    string
+		latency time.Duration
+		busy    int // cores' worth of other processes' work
+	}{
+		{"300ms push service, every core busy", 300 * time.Millisecond, runtime.NumCPU()},
+		{"1s push service, one core busy", time.Second, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) { rollingRestart(t, tc.latency, tc.busy) })
+	}
+}
+
+func rollingRestart(t *testing.T, latency time.Duration, busy int) {
 	sim := pushsim.DefaultConfig()
-	sim.Latency = 300 * time.Millisecond
+	sim.Latency = latency
 	env := testenv.Start(t, testenv.Options{Partitions: 6, NoProcessor: true, Sim: &sim, Pipeline: func(c *pipeline.Config) {
 		c.Pacing.MaxLimit = 32
 		c.DrainTimeout = 3 * time.Second
 	}})
-	burnCPU(t, runtime.NumCPU())
+	burnCPU(t, busy)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
