@@ -3,6 +3,7 @@ package pacing
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,7 +50,7 @@ type LaneState struct {
 type Event struct {
 	At     time.Time
 	Origin string
-	Kind   string // "cut", "hold", "raise", "open", "half-open", "closed", "pause"
+	Kind   string // "cut", "hold", "raise", "open", "half-open", "closed", "pause", "evict"
 	// ("hold": a cut or pause that changed nothing is not repeated)
 	Limit int
 	Rate  float64 // the 429 (or error) share that caused it
@@ -63,6 +64,7 @@ type Pacer struct {
 	observe  func(Event)
 	mu       sync.Mutex
 	lanes    map[string]*lane
+	swept    time.Time // when idle lanes were last evicted
 	subs     *lru.Cache[string, time.Time]
 	closed   bool
 	stopping chan struct{}
@@ -125,6 +127,7 @@ func (p *Pacer) Acquire(ctx context.Context, req Request) (*Slot, time.Time) {
 	}
 	l := p.lanes[req.Origin]
 	if l == nil {
+		p.evictLocked(now)
 		l = newLane(req.Origin, &p.cfg, now)
 		p.lanes[req.Origin] = l
 	}
@@ -149,6 +152,44 @@ func (p *Pacer) Acquire(ctx context.Context, req Request) (*Slot, time.Time) {
 		g.slot.Done(push.Result{Class: push.Deferred})
 	}
 	return nil, time.Time{}
+}
+
+// Any public host is a new origin, so lanes are evicted once idle: nothing
+// in flight or waiting, no pause, no open breaker, no learnt rate cap in
+// force, and unused for LaneIdle; at most once a minute, and at once while
+// MaxLanes lanes exist (then the least recently used idle ones first, down
+// to three quarters of it). An origin that comes back starts afresh.
+const (
+	MaxLanes = 4096
+	LaneIdle = 10 * time.Minute
+)
+
+// evictLocked drops idle lanes (see MaxLanes). p.mu must be held; it takes
+// each lane's mutex after it (the only order the two are taken in).
+func (p *Pacer) evictLocked(now time.Time) {
+	full := len(p.lanes) >= MaxLanes
+	if !full && now.Sub(p.swept) < time.Minute {
+		return
+	}
+	p.swept = now
+	type idle struct {
+		origin string
+		used   time.Time
+	}
+	var cands []idle
+	for origin, l := range p.lanes {
+		if used, ok := l.idle(now); ok && (full || now.Sub(used) >= LaneIdle) {
+			cands = append(cands, idle{origin, used})
+		}
+	}
+	if full {
+		slices.SortFunc(cands, func(a, b idle) int { return a.used.Compare(b.used) })
+		cands = cands[:min(len(cands), len(p.lanes)-MaxLanes*3/4)]
+	}
+	for _, c := range cands {
+		delete(p.lanes, c.origin)
+		p.observe(Event{At: now, Origin: c.origin, Kind: "evict"})
+	}
 }
 
 // Done reports the result of the send and frees the slot.
@@ -267,6 +308,7 @@ type lane struct {
 	busyFrom  time.Time     // when inFlight last rose from 0
 	lastRaise time.Time
 	calmSince time.Time
+	lastUsed  time.Time // the last request or result
 }
 
 type throttle struct {
@@ -294,6 +336,7 @@ func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.pacer = p
+	l.lastUsed = now
 	ti := req.Tier.Index()
 	if now.Before(l.paused) && (ti > 0 || l.paused.Sub(now) > maxHold) {
 		return nil, nil, l.paused
@@ -546,6 +589,7 @@ func (l *lane) done(s *Slot, r push.Result, throttled bool, now time.Time) {
 	repeat := !throttled && r.Class == push.Retryable && s.req.Failing
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.lastUsed = now
 	l.inFlight--
 	if l.inFlight == 0 {
 		l.busy += now.Sub(l.busyFrom)
@@ -870,6 +914,16 @@ func (l *lane) learnRateLocked(now time.Time) {
 		l.rate = max(r, 1)
 		l.tokens, l.tokAt = 0, now
 	}
+}
+
+// idle reports when the lane was last used and whether nothing of it is in
+// force any more: it may be forgotten.
+func (l *lane) idle(now time.Time) (lastUsed time.Time, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ok = l.inFlight == 0 && l.waiting == 0 && l.armed.IsZero() && !now.Before(l.paused) &&
+		(l.breaker == Closed) && (l.rate == 0 || !now.Before(l.rateUntil))
+	return l.lastUsed, ok
 }
 
 func (l *lane) state(now time.Time) LaneState {
