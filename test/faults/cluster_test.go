@@ -282,6 +282,9 @@ type clusterOpts struct {
 	procs    int             // processors started at once
 	procArgs []string        // extra flags of every processor
 	sim      *pushsim.Config // default: 1–5 ms latency
+	// dynamic: processors join without --instance-id, as by default, so a
+	// stopped one leaves the group and its partitions move at once.
+	dynamic bool
 }
 
 // cluster is one scenario's world: a broker process with a data dir,
@@ -301,6 +304,7 @@ type cluster struct {
 
 	vapidPub, vapidPriv string
 	procArgs            []string
+	dynamic             bool // no --instance-id (clusterOpts.dynamic)
 	http                *http.Client
 
 	mu      sync.Mutex
@@ -314,7 +318,7 @@ type cluster struct {
 
 func newCluster(ctx context.Context, t *testing.T, o clusterOpts) *cluster {
 	t.Helper()
-	c := &cluster{t: t, dir: t.TempDir(), procArgs: o.procArgs, http: &http.Client{Timeout: 2 * time.Second}}
+	c := &cluster{t: t, dir: t.TempDir(), procArgs: o.procArgs, dynamic: o.dynamic, http: &http.Client{Timeout: 2 * time.Second}}
 	c.logDir = c.dir
 	if d := os.Getenv("TIERPUSH_FAULTS_LOGS"); d != "" {
 		c.logDir = filepath.Join(d, strings.ReplaceAll(t.Name(), "/", "_"))
@@ -492,7 +496,7 @@ func (c *cluster) restartProc(i int) *proc {
 		"--partitions", fmt.Sprint(partitions),
 		"--log-level", logLevel(),
 	}, c.procArgs...)
-	if static() {
+	if static() && !c.dynamic {
 		args = append(args, "--instance-id", instanceID(i))
 	}
 	// Extra flags for a diagnostic run, e.g. TIERPUSH_FAULTS_PROCESSOR_ARGS="--pacing=false".
@@ -619,7 +623,7 @@ func (c *cluster) waitStable(ctx context.Context, n int, gone ...string) error {
 				ok = false
 			}
 		}
-		if static() {
+		if static() && !c.dynamic {
 			for i := range n {
 				ok = ok && slices.ContainsFunc(ms, func(m groupMember) bool { return m.instance == instanceID(i) })
 			}

@@ -1,12 +1,15 @@
 package faults_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -71,7 +74,9 @@ func TestFaults(t *testing.T) {
 		name string
 		run  func(t *testing.T) row
 	}
-	alone := []scenario{{"5-scale-out", scenarioScaleOut}}
+	// These run alone: scale-out measures throughput, and hand-offs under
+	// load keep every core busy.
+	alone := []scenario{{"5-scale-out", scenarioScaleOut}, {"7-handoff-under-load", scenarioHandoffUnderLoad}}
 	together := []scenario{
 		{"1-processor-sigkill", scenarioCrashes},
 		{"2-rolling-restart", scenarioRollingRestart},
@@ -158,8 +163,10 @@ func scenarioCrashes(t *testing.T) row {
 	}
 	slices.Sort(at)
 	type kill struct {
-		slot int
-		at   time.Time
+		slot     int
+		at       time.Time
+		name     string
+		inFlight int // records the processor had in flight just before
 	}
 	var ks []kill
 	for _, th := range at {
@@ -168,7 +175,8 @@ func scenarioCrashes(t *testing.T) row {
 		}
 		i := rng.IntN(3)
 		p := c.current()[i]
-		k := kill{slot: i, at: time.Now()}
+		flying := inFlightOf(c.http, p.httpAddr)
+		k := kill{slot: i, at: time.Now(), name: p.name, inFlight: flying}
 		sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := p.stop(sctx, syscall.SIGKILL)
 		scancel()
@@ -206,6 +214,23 @@ func scenarioCrashes(t *testing.T) row {
 		recs = append(recs, secs(r.Sub(k.at)))
 	}
 	tl := c.check(t, evs)
+	// Each duplicate delivery is counted against the last kill before it:
+	// what the killed processor had in flight, or had finished since its
+	// last commit, is what its partitions' next owners send again.
+	dupsAfter := make([]int, len(ks))
+	for _, d := range duplicateTimes(c.sim) {
+		for j := len(ks) - 1; j >= 0; j-- {
+			if !d.Before(ks[j].at) {
+				dupsAfter[j]++
+				break
+			}
+		}
+	}
+	var perKillReport []string
+	for j, k := range ks {
+		perKillReport = append(perKillReport, fmt.Sprintf("%s: %d duplicates, %d in flight", k.name, dupsAfter[j], k.inFlight))
+	}
+	t.Logf("duplicate deliveries per kill, against the records in flight at the kill: %s", strings.Join(perKillReport, "; "))
 	peak := peakRate(c.sim)
 	perKill := maxInFlight + int(math.Ceil(peak*commitInterval.Seconds()))
 	bound := kills * perKill
@@ -527,4 +552,24 @@ func scenarioScaleOut(t *testing.T) row {
 		notes: fmt.Sprintf("throughput 1 processor %.0f req/s → 3 processors %.0f req/s (×%.2f), max-in-flight %d, push latency 50 ms; duplicate ledger records %d",
 			one, three, three/one, maxInFlight, tl.dupOutcomes),
 	}
+}
+
+// inFlightOf reads tierpush_in_flight from a processor's /metrics; -1 when
+// it cannot.
+func inFlightOf(hc *http.Client, addr string) int {
+	resp, err := hc.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "tierpush_in_flight "); ok {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				return int(f)
+			}
+		}
+	}
+	return -1
 }
