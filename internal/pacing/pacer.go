@@ -275,7 +275,7 @@ type lane struct {
 	queues    [3][2][]*waiter // tier × {first, retry}
 	waiting   int
 	seq       uint64
-	wrr       [3]int
+	turns     tiers.RoundRobin // the tiers' turns (cfg.Weights)
 	buckets   []bucket
 	breaker   string
 	openUntil time.Time
@@ -320,7 +320,8 @@ func newLane(origin string, cfg *Config, now time.Time) *lane {
 	n := max(int(cfg.Window/time.Second), 1)
 	// No cut yet: the first may come at once, not CutCooldown after the
 	// lane's first request.
-	return &lane{origin: origin, cfg: cfg, z: cfg.z(), zWide: cfg.zWide(), limit: float64(cfg.MaxLimit), buckets: make([]bucket, n), breaker: Closed, lastCut: now.Add(-cfg.CutCooldown), lastRaise: now}
+	return &lane{origin: origin, cfg: cfg, z: cfg.z(), zWide: cfg.zWide(), limit: float64(cfg.MaxLimit), buckets: make([]bucket, n), breaker: Closed, lastCut: now.Add(-cfg.CutCooldown), lastRaise: now,
+		turns: tiers.NewRoundRobin(cfg.Weights)}
 }
 
 func boolIndex(b bool) int {
@@ -556,21 +557,10 @@ func (l *lane) pickLocked() *waiter {
 		}
 		return len(l.queues[t][0]) > 0 || (retryOK && len(l.queues[t][1]) > 0)
 	}
-	best, total := -1, 0
-	for t := range 3 {
-		if !eligible(t) {
-			continue
-		}
-		l.wrr[t] += l.cfg.Weights[t]
-		total += l.cfg.Weights[t]
-		if best < 0 || l.wrr[t] > l.wrr[best] {
-			best = t
-		}
-	}
+	best := l.turns.Next(eligible)
 	if best < 0 {
 		return nil
 	}
-	l.wrr[best] -= total
 	f, r := l.queues[best][0], l.queues[best][1]
 	useRetry := retryOK && len(r) > 0 && (len(f) == 0 || r[0].seq < f[0].seq)
 	q := &l.queues[best][boolIndex(useRetry)]
