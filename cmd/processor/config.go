@@ -43,6 +43,7 @@ func (l *listFlag) Set(v string) error {
 // the --config YAML file all set it.
 type Config struct {
 	Brokers      listFlag
+	Embedded     bool // start the embedded broker (also: --embedded-addr given, --dev)
 	EmbeddedAddr string
 	DataDir      string
 	Group        string
@@ -106,8 +107,9 @@ func DefaultConfig() Config {
 
 // register declares every flag of `processor run`.
 func (c *Config) register(fs *flag.FlagSet) {
-	fs.Var(&c.Brokers, "brokers", "Kafka seed brokers, comma separated or repeated; empty starts the embedded broker")
-	fs.StringVar(&c.EmbeddedAddr, "embedded-addr", c.EmbeddedAddr, "where the embedded broker listens")
+	fs.Var(&c.Brokers, "brokers", "Kafka seed brokers, comma separated or repeated; required unless the embedded broker is asked for")
+	fs.BoolVar(&c.Embedded, "embedded", false, "start the embedded broker (franz-go's kfake) on --embedded-addr, for development and tests")
+	fs.StringVar(&c.EmbeddedAddr, "embedded-addr", c.EmbeddedAddr, "where the embedded broker listens; giving it asks for the embedded broker")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "embedded broker storage (survives restarts)")
 	fs.StringVar(&c.Group, "group", c.Group, "consumer group")
 	fs.StringVar(&c.InstanceID, "instance-id", "", "static group membership (group.instance.id): a name unique in the group and stable across restarts, e.g. a StatefulSet pod name; empty = dynamic membership")
@@ -234,6 +236,11 @@ func usageErrorOrNil(err error) error {
 // Validate reports every field out of range, each naming its flag.
 func (c *Config) Validate() error {
 	var errs []error
+	if len(c.Brokers) == 0 && !c.Embedded && !c.Dev {
+		// A container missing its brokers must not start an empty
+		// broker of its own and look healthy.
+		errs = append(errs, errors.New("--brokers: required (or --embedded, --embedded-addr or --dev for the embedded broker)"))
+	}
 	if !c.Dev || c.VAPIDPrivateKey != "" {
 		if err := dispatch.ValidateVAPID(c.vapid()); err != nil {
 			errs = append(errs, err)

@@ -145,6 +145,7 @@ func TestExitCodes(t *testing.T) {
 		{"unknown subcommand", []string{"frobnicate"}, nil, 2, "frobnicate"},
 		{"bad tier in send", []string{"send", "--tier", "tier9"}, nil, 2, "--tier"},
 		{"vapid prints keys", []string{"vapid"}, nil, 0, ""},
+		{"no brokers", []string{"--hmac-key", strings.Repeat("k", 32)}, nil, 2, "--brokers"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -165,5 +166,29 @@ func TestExitCodes(t *testing.T) {
 				t.Errorf("stderr %q does not name %q", &stderr, tt.wantErr)
 			}
 		})
+	}
+}
+
+// Without --brokers and without asking for the embedded broker, run exits 2
+// naming --brokers before it creates anything: a container missing its
+// brokers variable must not start an empty broker and look healthy.
+func TestNoBrokersCreatesNothing(t *testing.T) {
+	priv, pub, err := webpush.GenerateVAPIDKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataDir := filepath.Join(t.TempDir(), "data")
+	cmd := exec.Command(binary, "run", "--data-dir", dataDir, "--http-addr", "",
+		"--vapid-public-key", pub, "--vapid-private-key", priv, "--vapid-subject", "mailto:ops@tierpush.test",
+		"--hmac-key", strings.Repeat("k", 32))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(stderr.String(), "--brokers") {
+		t.Fatalf("exit %v, stderr %q; want exit 2 naming --brokers", err, &stderr)
+	}
+	if _, err := os.Stat(dataDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the data dir was created (%v)", err)
 	}
 }

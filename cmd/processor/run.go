@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -37,6 +38,7 @@ func runProcessor(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	fs.Visit(func(f *flag.Flag) { cfg.Embedded = cfg.Embedded || f.Name == "embedded-addr" })
 	if err := cfg.finish(); err != nil {
 		return err
 	}

@@ -305,7 +305,7 @@ func TestSentinelCheckCatchesBadValues(t *testing.T) {
 		badKey   string
 		badValue string
 	}{
-		{[]string{"run"}, map[string]string{"TIERPUSH_HMAC_KEY": strings.Repeat("k", 32), "VAPID_PUBLIC_KEY": testVAPIDPublic, "VAPID_PRIVATE_KEY": testVAPIDPrivate, "VAPID_SUBJECT": "mailto:ci@tierpush.invalid"}, "TIERPUSH_PARTITIONS", "many"},
+		{[]string{"run"}, map[string]string{"TIERPUSH_BROKERS": "kafka:9092", "TIERPUSH_HMAC_KEY": strings.Repeat("k", 32), "VAPID_PUBLIC_KEY": testVAPIDPublic, "VAPID_PRIVATE_KEY": testVAPIDPrivate, "VAPID_SUBJECT": "mailto:ci@tierpush.invalid"}, "TIERPUSH_PARTITIONS", "many"},
 		{[]string{"pushsim"}, map[string]string{"TIERPUSH_ADDR": "0.0.0.0:8443"}, "TIERPUSH_FAIL_503", "2"},
 		{[]string{"demo"}, map[string]string{"TIERPUSH_SIM": "http://pushsim:8443"}, "TIERPUSH_SIM", "pushsim:8443"},
 		{[]string{"topics", "ensure"}, map[string]string{"TIERPUSH_PARTITIONS": "3"}, "TIERPUSH_DLQ_RETENTION", "1m"},
