@@ -30,6 +30,10 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		case "redrive":
 			return runDLQRedrive(ctx, args[1:], stdout, stderr)
 		}
+		if isHelp(args[0]) {
+			fmt.Fprintln(stdout, "usage: processor dlq list|redrive [flags]; processor dlq list --help lists the flags")
+			return nil
+		}
 	}
 	return usageError(errors.New("usage: processor dlq list|redrive [flags]"))
 }

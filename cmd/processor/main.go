@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -52,16 +54,50 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"dlq":     runDLQ,
 	"status":  runStatus,
 	"demo":    runDemo,
+	"version": runVersion,
+}
+
+// version is stamped at build time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+// runVersion is `processor version`: the version, the commit it was built
+// from and the Go version.
+func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
+	commit, modified := "unknown", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if modified {
+		commit += " (modified)"
+	}
+	fmt.Fprintf(stdout, "processor %s\ncommit %s\n%s\n", version, commit, runtime.Version())
+	return nil
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
 }
 
 // run is the whole program: `processor [subcommand] [flags]`. With no
 // subcommand, or flags first, it runs the pipeline.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		printHelp(stdout)
+		return nil
+	}
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		if args[0] == "help" {
-			printHelp(stdout)
-			return nil
-		}
 		cmd, ok := commands[args[0]]
 		if !ok {
 			printHelp(stderr)
@@ -82,14 +118,35 @@ func printHelp(w io.Writer) {
        processor pushsim [flags]   run the push service simulator
        processor status [flags]    a running processor's pacing and lag, from its /metrics
        processor demo [flags]      subscribe at the simulator and produce sample events
+       processor version           the version, commit and Go version
+
+Every flag also reads TIERPUSH_<FLAG> (--max-in-flight: TIERPUSH_MAX_IN_FLIGHT) and the
+--config YAML file's key of the same name. "processor <subcommand> --help" lists its flags.
+Exit codes: 0 clean shutdown, 2 bad configuration (the message names the flag), 1 failure.
 `)
 }
 
-// newFlagSet returns a flag set that reports errors instead of exiting.
+// newFlagSet returns a flag set that reports errors instead of exiting and
+// whose help names each flag's environment variable.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage of %s (each flag also reads the variable in brackets):\n", name)
+		fs.VisitAll(func(f *flag.Flag) {
+			if env := "[" + envName(f.Name) + "] "; !strings.HasPrefix(f.Usage, env) {
+				f.Usage = env + f.Usage
+			}
+		})
+		fs.PrintDefaults()
+	}
 	return fs
+}
+
+// envName is the environment variable of a flag: --max-in-flight reads
+// TIERPUSH_MAX_IN_FLIGHT.
+func envName(flagName string) string {
+	return "TIERPUSH_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 func parseLevel(s string) (slog.Level, error) { return telemetry.ParseLevel(s) }

@@ -146,6 +146,11 @@ func TestExitCodes(t *testing.T) {
 		{"bad tier in send", []string{"send", "--tier", "tier9"}, nil, 2, "--tier"},
 		{"vapid prints keys", []string{"vapid"}, nil, 0, ""},
 		{"no brokers", []string{"--hmac-key", strings.Repeat("k", 32)}, nil, 2, "--brokers"},
+		{"top-level help", []string{"--help"}, nil, 0, ""},
+		{"version", []string{"version"}, nil, 0, ""},
+		{"dlq help", []string{"dlq", "--help"}, nil, 0, ""},
+		{"topics help", []string{"topics", "--help"}, nil, 0, ""},
+		{"run help names env vars", []string{"run", "--help"}, nil, 0, "TIERPUSH_MAX_IN_FLIGHT"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

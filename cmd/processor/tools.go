@@ -172,6 +172,10 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 // runTopics is `processor topics ensure`.
 func runTopics(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprintln(stdout, "usage: processor topics ensure [flags]; processor topics ensure --help lists the flags")
+		return nil
+	}
 	if len(args) == 0 || args[0] != "ensure" {
 		return usageError(errors.New("usage: processor topics ensure [flags]"))
 	}
