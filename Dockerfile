@@ -8,6 +8,8 @@
 # (pure Go, CGO off), so multi-arch builds need no emulation.
 FROM --platform=$BUILDPLATFORM golang:1.26-trixie AS build
 ARG TARGETOS TARGETARCH
+# What `processor version` prints: docker build --build-arg VERSION=v1.2.3.
+ARG VERSION=dev
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
@@ -15,11 +17,15 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w" -o /out/processor ./cmd/processor
+    go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/processor ./cmd/processor
 
 # static-debian13: CA certificates and tzdata, no libc, no shell.
 # nonroot: uid/gid 65532.
 FROM gcr.io/distroless/static-debian13:nonroot
+ARG VERSION=dev
+LABEL org.opencontainers.image.title="tierpush processor" \
+      org.opencontainers.image.description="Web Push delivery through Kafka: priority tiers, retry ladders, adaptive pacing" \
+      org.opencontainers.image.version="${VERSION}"
 COPY --from=build /out/processor /usr/local/bin/processor
 USER 65532:65532
 # /metrics, /healthz, /readyz (--http-addr; the image listens on all interfaces).
