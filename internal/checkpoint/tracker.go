@@ -30,8 +30,11 @@ type Tracker struct {
 	// dirty: a record finished behind an unfinished one since the last
 	// commit told which (Metadata).
 	dirty  bool
-	closed bool        // handed over: tell nothing more
-	passed *kgo.Record // the last record the head passed
+	closed bool // handed over: tell nothing more
+	// next is the offset after the last record the head passed (its
+	// position only: a record kept here would keep its whole fetch).
+	next    kgo.EpochOffset
+	hasNext bool
 }
 
 // SetPrior records the spans an earlier owner of the partition committed as
@@ -81,7 +84,7 @@ func (t *Tracker) finishLocked(e *Entry) *kgo.Record {
 		last = t.queue[i].Record
 	}
 	if i > 0 {
-		t.passed = last
+		t.next, t.hasNext = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}, true
 		n := copy(t.queue, t.queue[i:])
 		clear(t.queue[n:])
 		t.queue = t.queue[:n]
@@ -127,8 +130,8 @@ func (t *Tracker) Committable() (kgo.EpochOffset, bool) {
 	case len(t.queue) > 0:
 		h := t.queue[0].Record
 		return kgo.EpochOffset{Epoch: h.LeaderEpoch, Offset: h.Offset}, true
-	case t.passed != nil:
-		return kgo.EpochOffset{Epoch: t.passed.LeaderEpoch, Offset: t.passed.Offset + 1}, true
+	case t.hasNext:
+		return t.next, true
 	}
 	return kgo.EpochOffset{}, false
 }
