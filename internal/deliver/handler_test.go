@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -107,10 +108,10 @@ func TestHandleRoutes(t *testing.T) {
 			if d == nil {
 				t.Fatal("nil delivery")
 			}
-			if got := topics(d); !equal(got, tt.want) {
+			if got := topics(d); !slices.Equal(got, tt.want) {
 				t.Errorf("produces %v, want %v", got, tt.want)
 			}
-			if !equalReasons(d.Report.Dead, tt.reasons) {
+			if !slices.Equal(d.Report.Dead, tt.reasons) {
 				t.Errorf("dead reasons %v, want %v", d.Report.Dead, tt.reasons)
 			}
 			if s.sends != tt.sends {
@@ -147,7 +148,7 @@ func TestHandleRetryRecords(t *testing.T) {
 	in := In{Record: &kgo.Record{Topic: topic, Value: v, Headers: hs, Timestamp: t0}, Source: topology.Source{Tier: tiers.Tier1, Retry: true, Delay: 2 * time.Second}, Received: t0, Due: t0}
 
 	d := h.Handle(context.Background(), in)
-	if got := topics(d); !equal(got, []string{"push.outcomes"}) || s.sends != 1 {
+	if got := topics(d); !slices.Equal(got, []string{"push.outcomes"}) || s.sends != 1 {
 		t.Fatalf("signed retry: produces %v after %d sends", got, s.sends)
 	}
 	var o topology.OutcomeRecord
@@ -159,7 +160,7 @@ func TestHandleRetryRecords(t *testing.T) {
 	forged.Value = eventValue("other", nil)
 	in.Record = &forged
 	d = h.Handle(context.Background(), in)
-	if got := topics(d); !equal(got, []string{"push.dlq"}) || d.Report.Dead[0] != topology.ReasonBadSignature || s.sends != 1 {
+	if got := topics(d); !slices.Equal(got, []string{"push.dlq"}) || d.Report.Dead[0] != topology.ReasonBadSignature || s.sends != 1 {
 		t.Fatalf("forged retry: produces %v, dead %v, %d sends", got, d.Report.Dead, s.sends)
 	}
 }
@@ -189,28 +190,4 @@ func TestDeadRecordDropsOversize(t *testing.T) {
 	if err != nil || m.Reason != topology.ReasonInvalidEvent || m.Error != "too big" {
 		t.Fatalf("headers %+v (%v)", m, err)
 	}
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func equalReasons(a, b []topology.Reason) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

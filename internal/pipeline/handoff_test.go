@@ -6,13 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/pipeline"
@@ -304,37 +303,9 @@ func TestHandoffHeldRetries(t *testing.T) {
 // alone with TOPIC_AUTHORIZATION_FAILED, which kgo does not retry.
 func refuseProduce(ctx context.Context, t *testing.T, env *testenv.Env, topic string) {
 	t.Helper()
-	mreq := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	mreq.Topics = append(mreq.Topics, mt)
-	mresp, err := mreq.RequestWith(ctx, env.Client)
-	if err != nil || len(mresp.Topics) != 1 {
-		t.Fatalf("metadata of %s: %v", topic, err)
-	}
-	id := mresp.Topics[0].TopicID
-	env.Cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		req := kreq.(*kmsg.ProduceRequest)
-		for _, rt := range req.Topics {
-			if rt.Topic != topic && rt.TopicID != id {
-				return nil, nil, false
-			}
-		}
-		env.Cluster.KeepControl()
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
+	var on atomic.Bool
+	on.Store(true)
+	refuseWhile(ctx, t, env, topic, &on)
 }
 
 // TestHandoffJoinMidPoll: a member joins while the first one is still
