@@ -257,3 +257,16 @@ func statusClass(r push.Result) string {
 		return strconv.Itoa(r.Status/100) + "xx"
 	}
 }
+
+// BuildInfo exports tierpush_build_info{version,commit,go_version} = 1, so
+// dashboards can tell which build each replica runs.
+func (m *Metrics) BuildInfo(version, commit, goVersion string) error {
+	meter := m.provider.Meter("github.com/tierpush/tierpush")
+	attrs := metric.WithAttributes(attribute.String("version", version), attribute.String("commit", commit), attribute.String("go_version", goVersion))
+	_, err := meter.Int64ObservableGauge("tierpush_build_info", metric.WithDescription("the processor's build: always 1"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(1, attrs)
+			return nil
+		}))
+	return err
+}

@@ -39,3 +39,22 @@ func TestOriginSeriesBounded(t *testing.T) {
 		t.Fatalf("%d series of tierpush_sends_total after %d origins, want 1..%d", n, telemetry.MaxSeries+1000, telemetry.MaxSeries)
 	}
 }
+
+func TestBuildInfo(t *testing.T) {
+	m, err := telemetry.NewMetrics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	if err := m.BuildInfo("v1.2.3", "abc123", "go1.26.8"); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Result().Body)
+	for _, want := range []string{`tierpush_build_info{`, `version="v1.2.3"`, `commit="abc123"`, `go_version="go1.26.8"`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

@@ -63,6 +63,13 @@ var version = "dev"
 // runVersion is `processor version`: the version, the commit it was built
 // from and the Go version.
 func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
+	fmt.Fprintf(stdout, "processor %s\ncommit %s\n%s\n", version, buildCommit(), runtime.Version())
+	return nil
+}
+
+// buildCommit is the commit the binary was built from, as the Go toolchain
+// recorded it.
+func buildCommit() string {
 	commit, modified := "unknown", false
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
@@ -77,8 +84,7 @@ func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
 	if modified {
 		commit += " (modified)"
 	}
-	fmt.Fprintf(stdout, "processor %s\ncommit %s\n%s\n", version, commit, runtime.Version())
-	return nil
+	return commit
 }
 
 // isHelp reports whether arg asks for help.

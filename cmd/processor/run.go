@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
 	"time"
 
 	webpush "github.com/SherClockHolmes/webpush-go"
@@ -122,6 +123,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	metrics, err := telemetry.NewMetrics(ctx)
 	if err != nil {
 		return err
+	}
+	if err := metrics.BuildInfo(version, buildCommit(), runtime.Version()); err != nil {
+		return fmt.Errorf("metrics: %w", err)
 	}
 	defer flush(metrics.Shutdown, log)
 	popts := []pipeline.Option{pipeline.WithHooks(metrics)}
