@@ -284,35 +284,8 @@ func scenarioRollingRestart(t *testing.T) row {
 	if err := c.sim.WaitFor(ctx, func(s pushsim.Stats) bool { return s.Requests >= n/3 }); err != nil {
 		t.Fatal(err)
 	}
-	var worst time.Duration
 	first := time.Now()
-	for i := range 3 {
-		p := c.current()[i]
-		lagging, _ := c.lagged(ctx)
-		// A static member stays in the group after SIGTERM (it does not
-		// leave) until its replacement takes its place with a new member
-		// ID; a dynamic one leaves at once.
-		old := c.memberOf(ctx, i)
-		began := time.Now()
-		sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
-		code, err := p.stop(sctx, syscall.SIGTERM)
-		scancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if code != 0 {
-			t.Errorf("%s exited %d after SIGTERM, want 0:\n%s", p.name, code, p.tail(20))
-		}
-		np := c.restartProc(i)
-		c.waitReady(ctx, np)
-		if err := c.waitStable(ctx, 3, old); err != nil {
-			t.Fatal(err)
-		}
-		took := time.Since(began)
-		worst = max(worst, took)
-		t.Logf("SIGTERM %s at %+.1f s (exit %d) with %d input partitions behind; %s ready and group stable after %s",
-			p.name, began.Sub(first).Seconds(), code, len(lagging), np.name, secs(took))
-	}
+	worst := c.restartInTurn(ctx, t)
 	more := c.mix("roll-after", after)
 	c.produce(ctx, records(more))
 	all := append(evs, more...)
@@ -572,4 +545,42 @@ func inFlightOf(hc *http.Client, addr string) int {
 		}
 	}
 	return -1
+}
+
+// restartInTurn stops each of the three processors with SIGTERM in turn,
+// requires exit code 0, starts its replacement and waits until it is ready
+// and the group stable with three members before the next. It returns the
+// slowest stop-to-stable time.
+func (c *cluster) restartInTurn(ctx context.Context, t *testing.T) time.Duration {
+	t.Helper()
+	var worst time.Duration
+	first := time.Now()
+	for i := range 3 {
+		p := c.current()[i]
+		lagging, _ := c.lagged(ctx)
+		// A static member stays in the group after SIGTERM (it does not
+		// leave) until its replacement takes its place with a new member
+		// ID; a dynamic one leaves at once.
+		old := c.memberOf(ctx, i)
+		began := time.Now()
+		sctx, scancel := context.WithTimeout(ctx, 90*time.Second)
+		code, err := p.stop(sctx, syscall.SIGTERM)
+		scancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code != 0 {
+			t.Errorf("%s exited %d after SIGTERM, want 0:\n%s", p.name, code, p.tail(20))
+		}
+		np := c.restartProc(i)
+		c.waitReady(ctx, np)
+		if err := c.waitStable(ctx, 3, old); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(began)
+		worst = max(worst, took)
+		t.Logf("SIGTERM %s at %+.1f s (exit %d) with %d input partitions behind; %s ready and group stable after %s",
+			p.name, began.Sub(first).Seconds(), code, len(lagging), np.name, secs(took))
+	}
+	return worst
 }

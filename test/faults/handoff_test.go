@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os/exec"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
@@ -100,28 +99,7 @@ func scenarioHandoffUnderLoad(t *testing.T) row {
 		t.Fatal(err)
 	}
 	first := time.Now()
-	var worst time.Duration
-	for i := range 3 {
-		p := c.current()[i]
-		old := c.memberOf(ctx, i)
-		began := time.Now()
-		sctx, scancel := context.WithTimeout(ctx, 90*time.Second)
-		code, err := p.stop(sctx, syscall.SIGTERM)
-		scancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if code != 0 {
-			t.Errorf("%s exited %d after SIGTERM, want 0:\n%s", p.name, code, p.tail(20))
-		}
-		np := c.restartProc(i)
-		c.waitReady(ctx, np)
-		if err := c.waitStable(ctx, 3, old); err != nil {
-			t.Fatal(err)
-		}
-		worst = max(worst, time.Since(began))
-		t.Logf("SIGTERM %s at %+.1f s (exit %d); %s ready and group stable after %s", p.name, began.Sub(first).Seconds(), code, np.name, secs(time.Since(began)))
-	}
+	worst := c.restartInTurn(ctx, t)
 	began := time.Now()
 	fourth := c.addProc()
 	c.waitReady(ctx, fourth)
