@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Header keys of the records the processor writes (DESIGN §4).
+// Header keys of the records the processor writes (docs/design.md, "Headers on records the processor writes").
 const (
 	HeaderAttempt      = "push-attempt"
 	HeaderDue          = "push-due"

@@ -9,7 +9,7 @@ import (
 	"github.com/tierpush/tierpush/tiers"
 )
 
-// contractTopics is the full default topic set of DESIGN §2.
+// contractTopics is the full default topic set of docs/design.md, "Topics".
 var contractTopics = []string{
 	"push.tier1", "push.tier1.retry-2s", "push.tier1.retry-8s", "push.tier1.retry-60s",
 	"push.tier2", "push.tier2.retry-2s", "push.tier2.retry-8s", "push.tier2.retry-60s",

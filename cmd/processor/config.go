@@ -81,7 +81,7 @@ type Config struct {
 	Kafka     kafkaSecurity
 }
 
-// DefaultConfig returns the documented defaults (DESIGN §5).
+// DefaultConfig returns the documented defaults (docs/design.md, "Command line"; the README lists every flag).
 func DefaultConfig() Config {
 	pc := pipeline.DefaultConfig()
 	return Config{

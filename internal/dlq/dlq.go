@@ -29,7 +29,7 @@ import (
 )
 
 // Reasons lists the push-reason values a dead-lettered record can carry
-// (DESIGN §4).
+// (docs/design.md, "Headers on records the processor writes").
 var Reasons = []topology.Reason{
 	topology.ReasonMaxAttempts,
 	topology.ReasonTTLExpired,

@@ -30,7 +30,7 @@ func (r rawValue) present() bool {
 	return len(r) > 0 && string(r) != "null"
 }
 
-// wire is the JSON shape of an event (DESIGN §3).
+// wire is the JSON shape of an event (docs/design.md, "Event").
 type wire struct {
 	ID           rawValue `json:"id"`
 	Subscription struct {

@@ -1,5 +1,5 @@
 // Package event decodes and validates the JSON events upstream services
-// produce (DESIGN §3): one Web Push notification per record value.
+// produce (docs/design.md, "Event"): one Web Push notification per record value.
 //
 // Decode is on the hot path and treats its input as hostile: it bounds size
 // and nesting before parsing, never panics, and refuses with a *Error whose
