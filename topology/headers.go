@@ -10,7 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Header keys of the records the processor writes (docs/design.md, "Headers on records the processor writes").
+// Header keys of the records the processor writes (docs/design.md, "Headers
+// on records the processor writes").
 const (
 	HeaderAttempt      = "push-attempt"
 	HeaderDue          = "push-due"

@@ -81,7 +81,8 @@ type Config struct {
 	Kafka     kafkaSecurity
 }
 
-// DefaultConfig returns the documented defaults (docs/design.md, "Command line"; the README lists every flag).
+// DefaultConfig returns the documented defaults (docs/design.md, "Command
+// line"; the README lists every flag).
 func DefaultConfig() Config {
 	pc := pipeline.DefaultConfig()
 	return Config{

@@ -17,7 +17,8 @@ import (
 const maxRetryAfter = 24 * time.Hour
 
 // Classify maps a push service's answer, or the error that stopped the
-// request, to a routing class (docs/design.md, "Retry, backoff and pacing rules"). It is a pure function.
+// request, to a routing class (docs/design.md, "Retry, backoff and pacing
+// rules"). It is a pure function.
 func Classify(status int, h http.Header, err error, now time.Time) push.Result {
 	if err != nil {
 		return push.Result{Class: push.Retryable, Err: transportCause(err)}

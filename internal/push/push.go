@@ -9,7 +9,8 @@ import "time"
 // Class is what a push service's answer means for the notification.
 type Class uint8
 
-// The classes of a send result (docs/design.md, "Retry, backoff and pacing").
+// The classes of a send result (docs/design.md, "Retry, backoff and pacing
+// rules").
 const (
 	// Delivered: 2xx, the push service took the message.
 	Delivered Class = iota + 1
