@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	webpush "github.com/SherClockHolmes/webpush-go"
@@ -35,11 +36,17 @@ func (k *kafkaFlags) register(fs *flag.FlagSet) {
 	k.Security.register(fs)
 }
 
-func (k *kafkaFlags) client(extra ...kgo.Opt) (*kgo.Client, error) {
-	brokers := k.Brokers
-	if len(brokers) == 0 {
-		brokers = listFlag{"127.0.0.1:9092"}
+// brokers are the seed brokers: --brokers, or the embedded broker's
+// default address.
+func (k *kafkaFlags) brokers() []string {
+	if len(k.Brokers) == 0 {
+		return []string{"127.0.0.1:9092"}
 	}
+	return k.Brokers
+}
+
+func (k *kafkaFlags) client(extra ...kgo.Opt) (*kgo.Client, error) {
+	brokers := k.brokers()
 	sec, err := k.security()
 	if err != nil {
 		return nil, err
@@ -117,8 +124,12 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ttl := fs.Int("ttl", 3600, "TTL in seconds")
 	urgency := fs.String("urgency", "", "very-low, low, normal or high")
 	topic := fs.String("topic", "", "RFC 8030 topic (collapse key)")
+	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the broker to take the event")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *timeout <= 0 {
+		return usageError(fmt.Errorf("--timeout: %s, want a positive duration like 10s", *timeout))
 	}
 	t, err := tiers.Parse(*tier)
 	if err != nil {
@@ -163,7 +174,12 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer cl.Close()
 	rec := &kgo.Record{Topic: k.names().Tier(t), Key: []byte(ev.EndpointHash()), Value: value}
-	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	if err := cl.ProduceSync(pctx, rec).FirstErr(); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("produce to %s: no broker of %s took it within %s (--timeout)", rec.Topic, strings.Join(k.brokers(), ","), *timeout)
+		}
 		return fmt.Errorf("produce to %s: %w", rec.Topic, err)
 	}
 	fmt.Fprintf(stdout, "produced %s to %s/%d@%d\n", ev.ID, rec.Topic, rec.Partition, rec.Offset)

@@ -169,3 +169,14 @@ func TestVAPID(t *testing.T) {
 		t.Error("vapid printed the same private key twice")
 	}
 }
+
+// send against a broker nobody answers on gives up after --timeout with an
+// error that says so, exit 1, instead of waiting for ever.
+func TestSendDeadline(t *testing.T) {
+	sub := testenv.Start(t, testenv.Options{NoProcessor: true}).Sim.Subscribe()
+	code, _, stderr := runTool(t, "", nil, "send", "--brokers", "127.0.0.1:1", "--timeout", "1s",
+		"--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", sub.Auth, "--payload", "x")
+	if code != 1 || !strings.Contains(stderr, "--timeout") {
+		t.Fatalf("exit %d, want 1 naming --timeout; stderr:\n%s", code, stderr)
+	}
+}
