@@ -18,44 +18,54 @@ import (
 type Config struct {
 	// Enabled turns pacing on; off, every request gets a slot at once.
 	Enabled bool
-	// Window is the rolling window of attempts the 429 share is taken over.
+	// Window is the rolling window the reported 429 share is taken over.
 	Window time.Duration
-	// CutRate: above this 429 share the limit is multiplied by CutFactor,
-	// at most once per CutCooldown, judged on attempts since the last cut.
+	// StartRate is the send rate a new origin starts at; it doubles every
+	// round trip while sends wait for it and nothing is throttled (slow
+	// start). Tier 1 is not held to it.
+	StartRate float64
+	// CutRate: a 429 share of the sends made since the last change above
+	// the origin's background share plus CutRate cuts the rate to
+	// CutFactor of what the origin accepted over the last second. Judged
+	// on at least MinSamples answers, at most once per CutCooldown.
 	CutRate     float64
 	CutFactor   float64
 	CutCooldown time.Duration
-	// HaltRate: above this 429 share the breaker opens for OpenFor; then
-	// up to Probes half-open requests decide whether it closes.
+	// HaltRate: above this 429 share the origin is also paused (halted)
+	// for its Retry-After, DefaultPause at least.
 	HaltRate float64
 	// ErrorHaltRate: above this share of 5xx answers and transport errors
-	// the breaker opens too (an outage).
+	// the breaker opens for OpenFor (an outage); then up to Probes
+	// half-open requests decide whether it closes.
 	ErrorHaltRate float64
 	OpenFor       time.Duration
 	Probes        int
-	// MinSamples is how many attempts a share needs before it counts.
+	// MinSamples is how many answers a share needs before it counts.
 	MinSamples int
-	// Confidence that a share is above a threshold before the pacer acts
-	// on it (one-sided, Wilson score); 0.5 compares the plain share.
+	// Confidence that the error share is above ErrorHaltRate before the
+	// breaker opens (one-sided, Wilson score); 0.5 compares the plain share.
 	Confidence float64
-	// CalmRate, CalmFor, RaiseEvery, RaiseFactor: below CalmRate for
-	// CalmFor, the limit grows by RaiseFactor every RaiseEvery.
-	CalmRate    float64
-	CalmFor     time.Duration
-	RaiseEvery  time.Duration
-	RaiseFactor float64
-	// MaxLimit is the starting and highest concurrency per origin;
-	// MinLimit the lowest.
-	MaxLimit int
-	MinLimit int
-	// SenderWideSubs distinct subscriptions answering 429 within
-	// SenderWideWindow pause the whole origin for the Retry-After.
-	// SenderWideRate is the share of attempts over SenderWideWindow that
-	// must be throttled too: below it 429s are taken as per-device limits
-	// (APNs and FCM throttle each device) and left to the cuts.
+	// ProbeRate is how fast the rate grows, per second, once a cut has
+	// been answered; the growth doubles every ProbeDouble without a cut,
+	// up to ProbeMax per second.
+	ProbeRate   float64
+	ProbeDouble time.Duration
+	ProbeMax    float64
+	// Deprecated, read and ignored (the rate controller replaced the
+	// concurrency raise): CalmRate, CalmFor, RaiseEvery, RaiseFactor,
+	// SenderWideSubs, SenderWideWindow, SenderWideRate.
+	CalmRate         float64
+	CalmFor          time.Duration
+	RaiseEvery       time.Duration
+	RaiseFactor      float64
 	SenderWideSubs   int
 	SenderWideWindow time.Duration
 	SenderWideRate   float64
+	// MaxLimit is the highest concurrency per origin, MinLimit the lowest;
+	// between them the limit follows the rate (Little's law: the rate
+	// times twice the latency).
+	MaxLimit int
+	MinLimit int
 	// DefaultPause is the pause after a 429 without Retry-After.
 	DefaultPause time.Duration
 	// SubPauses bounds the LRU of paused subscriptions.
@@ -72,35 +82,40 @@ type Config struct {
 	ShedAfter  time.Duration
 }
 
-// DefaultConfig: 60 s window; cut by 25% above 5% 429s (at most every 5 s;
-// every share is judged with 95% confidence over at least 30 attempts);
-// halt above 20% 429s or 50% errors for 10 s, then 3 probes; +10% every
-// 30 s after 120 s below 1%; concurrency 1..512 per origin; 5 distinct
-// subscriptions throttled within 10 s, over 5% of attempts, pause the
-// origin; weights 6:3:1;
-// retries at most 20% of slots while first attempts wait.
+// DefaultConfig: a new origin starts at 20 sends/s and doubles every round
+// trip; a 429 share 5 points above the origin's background (on at least 10
+// answers) cuts the rate to 90% of what the origin accepted over the last
+// second, above 20% it also pauses the origin for its Retry-After (1 s at
+// least); the rate then grows 5% a second, doubling every 2 s up to 50%;
+// above 50% errors the breaker opens for 10 s, then 3 probes; concurrency
+// 1..4096 per origin; weights 6:3:1; retries at most 20% of slots while
+// first attempts wait.
 func DefaultConfig() Config {
 	return Config{
 		Enabled:          true,
 		Window:           60 * time.Second,
+		StartRate:        20,
 		CutRate:          0.05,
-		CutFactor:        0.75,
-		CutCooldown:      5 * time.Second,
+		CutFactor:        0.90,
+		CutCooldown:      500 * time.Millisecond,
 		HaltRate:         0.20,
 		ErrorHaltRate:    0.50,
 		OpenFor:          10 * time.Second,
 		Probes:           3,
-		MinSamples:       30,
+		MinSamples:       10,
 		Confidence:       0.95,
+		ProbeRate:        0.05,
+		ProbeDouble:      2 * time.Second,
+		ProbeMax:         0.50,
 		CalmRate:         0.01,
 		CalmFor:          120 * time.Second,
 		RaiseEvery:       30 * time.Second,
 		RaiseFactor:      1.10,
-		MaxLimit:         512,
-		MinLimit:         1,
 		SenderWideSubs:   5,
 		SenderWideWindow: 10 * time.Second,
 		SenderWideRate:   0.05,
+		MaxLimit:         4096,
+		MinLimit:         1,
 		DefaultPause:     time.Second,
 		SubPauses:        100_000,
 		Weights:          [3]int{6, 3, 1},
@@ -112,17 +127,6 @@ func DefaultConfig() Config {
 
 // z is the one-sided normal quantile of Confidence.
 func (c Config) z() float64 { return zOf(c.Confidence) }
-
-// zWide is the quantile the sender-wide rule judges with: it is checked at
-// every 429, hundreds of times a second, and a false pause stops every
-// tier of the origin, so each check gets a hundredth of the doubt
-// Confidence allows (0.95 → 0.9995). 0.5 stays the plain share.
-func (c Config) zWide() float64 {
-	if c.Confidence <= 0.5 {
-		return 0
-	}
-	return zOf(1 - (1-c.Confidence)/100)
-}
 
 func zOf(confidence float64) float64 { return math.Sqrt2 * math.Erfinv(2*confidence-1) }
 
@@ -144,6 +148,15 @@ func (c Config) Validate() error {
 	if c.CutRate >= c.HaltRate {
 		errs = append(errs, fmt.Errorf("--pacing-cut-rate: %g must be below --pacing-halt-rate %g", c.CutRate, c.HaltRate))
 	}
+	if c.StartRate < 1 || c.StartRate > 1e6 {
+		errs = append(errs, fmt.Errorf("--pacing-start-rate: %g, want 1..1000000 sends per second", c.StartRate))
+	}
+	if c.ProbeRate <= 0 || c.ProbeRate > 1 {
+		errs = append(errs, fmt.Errorf("--pacing-probe-rate: %g, want above 0 and at most 1 (a share per second)", c.ProbeRate))
+	}
+	if c.ProbeMax < c.ProbeRate || c.ProbeMax > 4 {
+		errs = append(errs, fmt.Errorf("--pacing-probe-max: %g, want %g..4 (a share per second)", c.ProbeMax, c.ProbeRate))
+	}
 	if c.RaiseFactor <= 1 || c.RaiseFactor > 4 {
 		errs = append(errs, fmt.Errorf("--pacing-raise-factor: %g, want above 1 and at most 4", c.RaiseFactor))
 	}
@@ -153,7 +166,7 @@ func (c Config) Validate() error {
 	}{
 		{"pacing-window", c.Window}, {"pacing-cut-cooldown", c.CutCooldown}, {"pacing-open-for", c.OpenFor},
 		{"pacing-calm-for", c.CalmFor}, {"pacing-raise-every", c.RaiseEvery}, {"pacing-sender-wide-window", c.SenderWideWindow},
-		{"pacing-default-pause", c.DefaultPause},
+		{"pacing-default-pause", c.DefaultPause}, {"pacing-probe-double", c.ProbeDouble},
 	} {
 		if f.d < 100*time.Millisecond {
 			errs = append(errs, fmt.Errorf("--%s: %s, want at least 100ms", f.name, f.d))

@@ -125,13 +125,16 @@ type harness struct {
 func specConfig() pacing.Config {
 	c := pacing.DefaultConfig()
 	c.Window = 60 * time.Second
-	c.CutRate, c.CutFactor, c.CutCooldown = 0.05, 0.75, 5*time.Second
+	// A start rate no test reaches: tests about slots and shares see no
+	// rate until a cut sets one.
+	c.StartRate = 1e6
+	c.CutRate, c.CutFactor, c.CutCooldown = 0.05, 0.90, 500*time.Millisecond
 	c.HaltRate, c.ErrorHaltRate, c.OpenFor, c.Probes = 0.20, 0.50, 10*time.Second, 3
 	c.MinSamples = 20
 	c.Confidence = 0.5 // the plain share: these tests work on thresholds
-	c.CalmRate, c.CalmFor, c.RaiseEvery, c.RaiseFactor = 0.01, 120*time.Second, 30*time.Second, 1.10
+	c.ProbeRate, c.ProbeDouble, c.ProbeMax = 0.05, 2*time.Second, 0.5
 	c.MaxLimit, c.MinLimit = 512, 1
-	c.SenderWideSubs, c.SenderWideWindow, c.DefaultPause = 5, 10*time.Second, time.Second
+	c.DefaultPause = time.Second
 	c.Weights, c.RetryShare, c.QueueLimit = [3]int{6, 3, 1}, 0.20, 256
 	return c
 }
@@ -162,10 +165,6 @@ func inBubble(t *testing.T, name string, f func(t *testing.T)) bool {
 	t.Helper()
 	return t.Run(name, func(t *testing.T) { synctest.Test(t, f) })
 }
-
-// quiet keeps the sender-wide rule out of tests about rates: their 429s
-// come from many distinct subscriptions.
-func quiet(c *pacing.Config) { c.SenderWideSubs = 10_000 }
 
 // req is a request from a subscription not seen before.
 func (h *harness) req(tier tiers.Tier, retry bool) pacing.Request {

@@ -1,0 +1,325 @@
+package pacing_test
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tierpush/tierpush/internal/pacing"
+	"github.com/tierpush/tierpush/internal/push"
+	"github.com/tierpush/tierpush/tiers"
+)
+
+// The controller against a model of the cases it must meet: an origin
+// limited by a token bucket (a second of burst, 429 with Retry-After: 1
+// above it, as internal/pushsim answers), a latency, one or several
+// processors sharing the origin and telling each other their signals, each
+// with a window of sends and a backlog far larger than the limit. A send
+// deferred by the pacer or answered 429 comes back two seconds later, as
+// from the retry ladder. On the bubble's clock, so a minute takes a second.
+// The end-to-end grid (internal/pipeline) runs the same cells through
+// Kafka and the simulator.
+
+type bucketOrigin struct {
+	mu           sync.Mutex
+	limit, burst float64
+	tokens       float64
+	last         time.Time
+}
+
+func (o *bucketOrigin) setLimit(l float64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.refill(time.Now())
+	o.limit, o.burst = l, l
+}
+
+func (o *bucketOrigin) refill(now time.Time) {
+	if !o.last.IsZero() {
+		o.tokens = min(o.burst, o.tokens+o.limit*now.Sub(o.last).Seconds())
+	}
+	o.last = now
+}
+
+func (o *bucketOrigin) take() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.refill(time.Now())
+	if o.tokens < 1 {
+		return false
+	}
+	o.tokens--
+	return true
+}
+
+// gridCase is one cell.
+type gridCase struct {
+	limit      float64
+	latency    time.Duration
+	processors int
+	window     int
+	seconds    int
+	// changeAt, if set, multiplies the limit by changeBy at that second.
+	changeAt int
+	changeBy float64
+}
+
+type gridSecond struct {
+	sent, ok, throttled int
+	rate                float64 // the processors' rates together
+}
+
+type gridResult struct {
+	perSecond []gridSecond
+}
+
+// measure sums seconds [from, to): 429 share, goodput per second, and the
+// most sent in one second.
+func (r gridResult) measure(from, to int) (share, goodput float64, peak int) {
+	var sent, ok, thr int
+	for s := from; s < to && s < len(r.perSecond); s++ {
+		ps := r.perSecond[s]
+		sent, ok, thr = sent+ps.sent, ok+ps.ok, thr+ps.throttled
+		peak = max(peak, ps.sent)
+	}
+	if sent > 0 {
+		share = float64(thr) / float64(sent)
+	}
+	return share, float64(ok) / float64(to-from), peak
+}
+
+type due struct {
+	at   time.Time
+	tier tiers.Tier
+}
+
+type dueHeap []due
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(due)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// modelProcessor feeds one pacer from a backlog and its retries.
+type modelProcessor struct {
+	mu      sync.Mutex
+	backlog int
+	retries dueHeap
+	n       int
+}
+
+func (m *modelProcessor) next(rng *rand.Rand) (tiers.Tier, time.Duration, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	if len(m.retries) > 0 && !m.retries[0].at.After(now) {
+		return heap.Pop(&m.retries).(due).tier, 0, true
+	}
+	if m.backlog > 0 {
+		m.backlog--
+		m.n++
+		switch m.n % 10 {
+		case 0, 1:
+			return tiers.Tier1, 0, true
+		case 2, 3, 4:
+			return tiers.Tier2, 0, true
+		}
+		return tiers.Tier3, 0, true
+	}
+	if len(m.retries) > 0 {
+		return 0, m.retries[0].at.Sub(now), false
+	}
+	return 0, time.Second, false
+}
+
+func (m *modelProcessor) later(t tiers.Tier, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	heap.Push(&m.retries, due{at: at, tier: t})
+}
+
+const gridOrigin = "https://push.grid.example"
+
+func runGrid(t *testing.T, c gridCase) gridResult {
+	var res gridResult
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		o := &bucketOrigin{limit: c.limit, burst: c.limit, tokens: c.limit}
+		pacers := make([]*pacing.Pacer, c.processors)
+		var bus sync.WaitGroup
+		for i := range pacers {
+			from := fmt.Sprint("p", i)
+			p, err := pacing.New(pacing.DefaultConfig(), pacing.WithObserver(func(e pacing.Event) {
+				if os.Getenv("PACING_EVENTS") != "" {
+					t.Logf("%s p%d %s peer=%v rate=%.1f acc=%.1f share=%.3f limit=%d", e.At.Sub(start), i, e.Kind, e.Peer, e.Estimate, e.Accepted, e.Rate, e.Limit)
+				}
+			}), pacing.WithSignals(func(s pacing.Signal) {
+				s.From = from
+				// Through the pacing topic: a few milliseconds.
+				bus.Go(func() {
+					time.Sleep(5 * time.Millisecond)
+					for j, q := range pacers {
+						if j != i {
+							q.Apply(s)
+						}
+					}
+				})
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pacers[i] = p
+		}
+		var mu sync.Mutex
+		res.perSecond = make([]gridSecond, c.seconds+1)
+		count := func(f func(*gridSecond)) {
+			mu.Lock()
+			defer mu.Unlock()
+			if s := int(time.Since(start) / time.Second); s < len(res.perSecond) {
+				f(&res.perSecond[s])
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for i, p := range pacers {
+			m := &modelProcessor{backlog: int(c.limit*float64(c.seconds)*2) / c.processors}
+			for w := range c.window {
+				rng := rand.New(rand.NewPCG(uint64(i), uint64(w)))
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						tier, wait, ok := m.next(rng)
+						if !ok {
+							select {
+							case <-ctx.Done():
+							case <-time.After(wait):
+							}
+							continue
+						}
+						sub := fmt.Sprint("s", rng.Uint64())
+						slot, until := p.Acquire(ctx, pacing.Request{Origin: gridOrigin, Sub: sub, Tier: tier})
+						if slot == nil {
+							m.later(tier, later(time.Now().Add(2*time.Second), until))
+							continue
+						}
+						count(func(s *gridSecond) { s.sent++ })
+						accepted := o.take()
+						jitter := time.Duration(rng.Int64N(int64(c.latency)/5 + 1))
+						time.Sleep(c.latency + jitter)
+						if accepted {
+							slot.Done(push.Result{Class: push.Delivered, Status: 201})
+							count(func(s *gridSecond) { s.ok++ })
+							continue
+						}
+						slot.Done(push.Result{Class: push.Retryable, Status: 429, RetryAfter: time.Second})
+						count(func(s *gridSecond) { s.throttled++ })
+						m.later(tier, time.Now().Add(2*time.Second))
+					}
+				})
+			}
+		}
+		for s := 1; s <= c.seconds; s++ {
+			time.Sleep(time.Until(start.Add(time.Duration(s) * time.Second)))
+			if c.changeAt == s {
+				o.setLimit(c.limit * c.changeBy)
+			}
+			total := 0.0
+			for _, p := range pacers {
+				for _, l := range p.Lanes() {
+					total += l.Rate
+					if os.Getenv("PACING_LANES") != "" {
+						t.Logf("t=%d %+v", s, l)
+					}
+				}
+			}
+			mu.Lock()
+			res.perSecond[s-1].rate = total
+			mu.Unlock()
+		}
+		cancel()
+		for _, p := range pacers {
+			p.Close()
+		}
+		wg.Wait()
+		bus.Wait()
+	})
+	return res
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// TestGrid: limits 20 to 3,000 sends/s, latencies 5 to 250 ms, 1 and 3
+// processors: after 10 s, under 5% 429s and at least 90% of the limit
+// delivered, and no second over 1.5× the limit; then the limit halves or
+// doubles, and 10 s later the same holds of the new limit.
+func TestGrid(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the grid takes a minute")
+	}
+	type cell struct {
+		name string
+		c    gridCase
+	}
+	var cells []cell
+	for _, limit := range []float64{20, 100, 500, 3000} {
+		for _, lat := range []time.Duration{5 * time.Millisecond, 50 * time.Millisecond, 250 * time.Millisecond} {
+			for _, procs := range []int{1, 3} {
+				cells = append(cells, cell{fmt.Sprintf("limit=%v/latency=%v/processors=%d", limit, lat, procs),
+					gridCase{limit: limit, latency: lat, processors: procs, window: 1024, seconds: 40}})
+			}
+		}
+	}
+	for _, by := range []float64{0.5, 2} {
+		for _, procs := range []int{1, 3} {
+			cells = append(cells, cell{fmt.Sprintf("limit=500×%v/latency=50ms/processors=%d", by, procs),
+				gridCase{limit: 500, latency: 50 * time.Millisecond, processors: procs, window: 1024, seconds: 60, changeAt: 30, changeBy: by}})
+		}
+	}
+	verbose := os.Getenv("PACING_TIMELINE") != ""
+	for _, cl := range cells {
+		t.Run(cl.name, func(t *testing.T) {
+			r := runGrid(t, cl.c)
+			check := func(from, to int, limit float64) {
+				share, goodput, peak := r.measure(from, to)
+				t.Logf("seconds %d-%d: 429 share %.2f%%, goodput %.0f/s (%.0f%% of %.0f), peak second %d (%.2f×)",
+					from, to, 100*share, goodput, 100*goodput/limit, limit, peak, float64(peak)/limit)
+				if share >= 0.05 {
+					t.Errorf("429 share %.2f%%, want under 5%%", 100*share)
+				}
+				if goodput < 0.9*limit {
+					t.Errorf("goodput %.0f/s, want at least 90%% of %.0f", goodput, limit)
+				}
+				if float64(peak) > 1.5*limit {
+					t.Errorf("a second carried %d sends, over 1.5× the limit %.0f", peak, limit)
+				}
+			}
+			if verbose {
+				for s, ps := range r.perSecond {
+					t.Logf("t=%2d sent=%5d ok=%5d 429=%5d rate=%7.1f", s, ps.sent, ps.ok, ps.throttled, ps.rate)
+				}
+			}
+			if cl.c.changeAt == 0 {
+				check(10, cl.c.seconds, cl.c.limit)
+				return
+			}
+			check(10, cl.c.changeAt, cl.c.limit)
+			check(cl.c.changeAt+10, cl.c.seconds, cl.c.limit*cl.c.changeBy)
+		})
+	}
+}

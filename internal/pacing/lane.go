@@ -1,0 +1,953 @@
+package pacing
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tierpush/tierpush/internal/push"
+	"github.com/tierpush/tierpush/tiers"
+)
+
+// A lane paces one origin. Its rate is the controller (docs/design.md,
+// "Pacing"): sends take tokens from a bucket filled at rate; the rate
+// starts at StartRate and doubles every round trip while sends wait for it
+// (slow start); a 429 share above the background plus CutRate, among
+// answers to sends made since the last change, cuts it to CutFactor of
+// what the origin accepted over the last second, which converges on the
+// origin's limit from above; afterwards it grows again, slowly at first
+// and faster the longer nothing is throttled, which finds a limit that
+// rose. A cut that does not lower the share is undone and its share learnt
+// as background (devices throttled one by one). The concurrency limit
+// follows the rate (Little's law) as a second guard.
+
+type grant struct {
+	slot  *Slot
+	until time.Time
+}
+
+type waiter struct {
+	ch  chan grant
+	req Request
+	seq uint64
+	enq time.Time
+}
+
+// second holds one second of answers, for the rolling window.
+type second struct {
+	sec                           int64
+	attempts, throttled, accepted int
+	// Answers to sends made at or below CutFactor of the ceiling, and
+	// their 429s: the background share (backgroundLocked).
+	safe, safeThrottled int
+}
+
+// tick holds 100 ms of answers by the time they came: all of them (for
+// the accepted rate) and those to sends granted since the lane last
+// changed (fresh: the evidence decisions are made on).
+type tick struct {
+	at                                  int64 // unix time in tenths of a second
+	granted                             int   // sends granted in it
+	accepted, throttled                 int
+	freshN, freshThrottled, freshFailed int
+}
+
+const (
+	tickSpan = 100 * time.Millisecond
+	ticks    = 30 // 3 s
+	// judgeSpan is the least span decisions look at; they look further
+	// back, up to the ticks kept, until MinSamples answers are seen.
+	judgeSpan = 10 // ticks: 1 s
+)
+
+type peer struct {
+	rate float64
+	at   time.Time
+}
+
+type lane struct {
+	origin string
+	cfg    *Config
+	z      float64 // of cfg.Confidence
+	pacer  *Pacer
+
+	mu       sync.Mutex
+	inFlight int
+	retries  int             // retries in flight
+	probes   int             // half-open probes in flight
+	queues   [3][2][]*waiter // tier × {first, retry}
+	waiting  int
+	seq      uint64
+	turns    tiers.RoundRobin // the tiers' turns (cfg.Weights)
+	timer    *time.Timer      // wakes waiters at the end of a pause or for a token
+	armed    time.Time        // when timer fires; zero when not armed
+	lastUsed time.Time        // the last request or result
+	created  time.Time
+
+	breaker   string
+	openUntil time.Time
+	paused    time.Time // until
+
+	seconds []second
+	ticks   [ticks]tick
+
+	// The controller.
+	rate       float64 // sends per second
+	slowStart  bool
+	tokens     float64
+	tokAt      time.Time
+	starved    bool      // a send waited for a token since lastGrow
+	lastGrow   time.Time // growth is applied lazily, from here
+	lastCut    time.Time // the last cut, pause or peer's cut
+	judgeFrom  time.Time // only answers to sends granted since count
+	freshFrom  time.Time // when the first of them came; zero until then
+	latency    float64   // seconds, moving average of answers other than 429
+	ceiling    float64   // what the origin accepted per second at the last cut
+	probeFrom  time.Time // when the origin first proved more than the ceiling
+	raisedAt   time.Time // the last "raise" event and the rate then
+	raisedFrom float64
+	reported   time.Time // the last "rate" signal
+	peers      map[string]peer
+}
+
+func newLane(origin string, p *Pacer, now time.Time) *lane {
+	cfg := &p.cfg
+	return &lane{origin: origin, cfg: cfg, z: cfg.z(), pacer: p, breaker: Closed,
+		seconds: make([]second, max(int(cfg.Window/time.Second), 1)),
+		turns:   tiers.NewRoundRobin(cfg.Weights),
+		rate:    cfg.StartRate, slowStart: true, tokens: max(1, cfg.StartRate*burstFor), tokAt: now, lastGrow: now,
+		lastCut: now.Add(-cfg.CutCooldown), judgeFrom: now, created: now, raisedAt: now, raisedFrom: cfg.StartRate}
+}
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// admit grants a slot now, defers, or queues the request (returning its
+// waiter).
+func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lastUsed = now
+	ti := req.Tier.Index()
+	if now.Before(l.paused) && (ti > 0 || l.paused.Sub(now) > maxHold) {
+		return nil, nil, l.paused
+	}
+	switch l.breaker {
+	case Open:
+		if now.Before(l.openUntil) {
+			return nil, nil, l.openUntil
+		}
+		l.breaker = HalfOpen
+		l.event(p, Event{At: now, Kind: HalfOpen})
+		fallthrough
+	case HalfOpen:
+		if l.probes >= l.cfg.Probes {
+			return nil, nil, now.Add(l.cfg.OpenFor / 2)
+		}
+		l.probes++
+		l.inFlight++
+		return nil, &Slot{p: p, l: l, req: req, probe: true, granted: now}, time.Time{}
+	}
+	l.growLocked(p, now)
+	if l.waiting == 0 && !now.Before(l.paused) && l.inFlight < l.limitInt() && l.retryAllowed(req.Retry, false) && l.tokenLocked(ti, now) {
+		return nil, l.grantLocked(p, req, now), time.Time{}
+	}
+	if l.waiting >= l.queueLimit() && (!l.slowStart || now.Sub(l.oldestLocked()) >= l.cfg.ShedAfter) {
+		// Full, and the origin has throttled us or its queue stands
+		// still: the lowest tier waiting yields, if it is lower than ours.
+		// A burst to a healthy origin that drains its queue waits instead.
+		victim := l.evictLocked(ti)
+		if victim == nil {
+			return nil, nil, time.Time{}
+		}
+		victim.ch <- grant{}
+	}
+	l.seq++
+	w := &waiter{ch: make(chan grant, 1), req: req, seq: l.seq, enq: now}
+	q := &l.queues[ti][boolIndex(req.Retry)]
+	*q = append(*q, w)
+	l.waiting++
+	l.armLocked(now)
+	return w, nil, time.Time{}
+}
+
+// queueLimit is how many requests may wait: QueueLimit, or what the rate
+// sends in shedSpan when that is more. A request that would wait longer
+// might as well take the ladder's first step.
+func (l *lane) queueLimit() int {
+	if l.slowStart {
+		return l.cfg.QueueLimit
+	}
+	return max(l.cfg.QueueLimit, int(l.rate*shedSpan.Seconds()))
+}
+
+// shedSpan: see queueLimit.
+const shedSpan = 2 * time.Second
+
+// oldestLocked is when the longest-waiting request was queued.
+func (l *lane) oldestLocked() time.Time {
+	var oldest *waiter
+	for t := range l.queues {
+		for r := range l.queues[t] {
+			if q := l.queues[t][r]; len(q) > 0 && (oldest == nil || q[0].seq < oldest.seq) {
+				oldest = q[0]
+			}
+		}
+	}
+	if oldest == nil {
+		return time.Time{}
+	}
+	return oldest.enq
+}
+
+// insensitive: after a cut the share stayed above this part of itself,
+// so it did not follow the rate.
+const insensitive = 0.8
+
+// maxHold is the longest pause tier-1 requests wait out in memory rather
+// than going back to the ladder.
+const maxHold = 2 * time.Second
+
+// burstFor is how much sending the bucket may save up while nothing waits:
+// a tenth of a second of the rate.
+const burstFor = 0.1
+
+// tier1Debt is how far tier 1 may draw ahead of the rate, in seconds of
+// it: a burst of tier-1 sends goes at once, and the lower tiers wait the
+// debt out.
+const tier1Debt = 0.5
+
+// refillLocked adds the tokens earned since the last refill.
+func (l *lane) refillLocked(now time.Time) {
+	if d := now.Sub(l.tokAt); d > 0 {
+		l.tokens = min(l.tokens+l.rate*d.Seconds(), max(1, l.rate*burstFor))
+	}
+	l.tokAt = now
+}
+
+// tokenLocked takes a token for a send of tier index ti, or reports that
+// it must wait for one. Tier 1 may overdraw by tier1Debt of the rate, and
+// is not held to the rate at all in slow start, when nothing is known of
+// the origin yet. Lower tiers take a token only when one is there.
+func (l *lane) tokenLocked(ti int, now time.Time) bool {
+	l.refillLocked(now)
+	if ti == 0 && l.slowStart {
+		return true
+	}
+	floor := 1.0
+	if ti == 0 {
+		floor = 1 - max(1, l.rate*tier1Debt)
+	}
+	if l.tokens < floor {
+		l.starved = true
+		return false
+	}
+	l.tokens--
+	return true
+}
+
+// growLocked applies the growth due since it was last applied: none unless
+// the rate is what holds sends back (a send waited for a token meanwhile),
+// nothing is paused and the last cut has been answered. In slow start the
+// rate doubles every round trip. After a cut it comes back quickly (half
+// the gap every 0.35 s) to CutFactor of the ceiling, what the origin
+// accepted at the cut; from there it probes at ProbeRate a second, and
+// once the origin has taken more than the ceiling for three seconds, twice
+// that, doubling every ProbeDouble, up to ProbeMax.
+func (l *lane) growLocked(p *Pacer, now time.Time) {
+	dt := now.Sub(l.lastGrow)
+	if dt < 50*time.Millisecond {
+		return
+	}
+	l.lastGrow = now
+	starved := l.starved
+	l.starved = false
+	if !starved || l.breaker != Closed || now.Before(l.paused) || l.latency == 0 {
+		return
+	}
+	l.refillLocked(now)
+	secs := min(dt.Seconds(), 1)
+	if l.slowStart {
+		l.rate = min(l.rate*math.Pow(2, secs/l.roundTrip()), maxRate)
+		return
+	}
+	if now.Sub(l.lastCut) < l.holdAfterCut() {
+		return
+	}
+	ceiling := max(l.ceiling, l.fairLocked(now))
+	if floor := l.cfg.CutFactor * ceiling; l.rate < floor {
+		l.rate += (floor - l.rate) * (1 - math.Exp2(-secs/0.35))
+		if l.rate >= 0.99*floor {
+			l.rate = floor
+		}
+		return
+	}
+	// A limit that rose shows as seconds the origin took more than the
+	// ceiling without a 429; a burst allowance cannot last that long.
+	// Until then the probe stays slow and short of probeCap; from then on
+	// it speeds up, doubling every ProbeDouble.
+	if proven := l.provenLocked(now); proven > l.ceiling {
+		l.ceiling = proven
+		if l.probeFrom.IsZero() {
+			l.probeFrom = now
+		}
+	}
+	g := l.cfg.ProbeRate
+	if !l.probeFrom.IsZero() {
+		g = min(g*math.Pow(2, 1+math.Floor(now.Sub(l.probeFrom).Seconds()/l.cfg.ProbeDouble.Seconds())), l.cfg.ProbeMax)
+	}
+	l.rate = min(l.rate*math.Pow(1+g, secs), probeCap*max(l.ceiling, l.fairLocked(now)), maxRate)
+	if l.rate >= 1.2*l.raisedFrom && now.Sub(l.raisedAt) >= 2*time.Second {
+		l.raisedAt, l.raisedFrom = now, l.rate
+		l.event(p, Event{At: now, Kind: "raise"})
+	}
+}
+
+// fairLocked is an equal part of what the processors sending to the
+// origin send together, by their last reports; 0 alone.
+func (l *lane) fairLocked(now time.Time) float64 {
+	total, n := l.rate, 1
+	for _, pr := range l.peers {
+		if now.Sub(pr.at) <= peerFresh {
+			total += pr.rate
+			n++
+		}
+	}
+	if n == 1 {
+		return 0
+	}
+	return total / float64(n)
+}
+
+// probeCap bounds a probe: at most this multiple of the ceiling until the
+// origin has proven more (provenLocked).
+const probeCap = 1.4
+
+// provenLocked is the least the origin accepted in each of the last three
+// whole seconds, if none of them had more 429s than the background; else
+// 0.
+func (l *lane) provenLocked(now time.Time) float64 {
+	least := math.Inf(1)
+	bg := l.backgroundLocked(now)
+	for sec := now.Unix() - 3; sec < now.Unix(); sec++ {
+		b := l.seconds[int(sec%int64(len(l.seconds)))]
+		if b.sec != sec || float64(b.throttled) > bg*float64(b.attempts)+1 {
+			return 0
+		}
+		least = min(least, float64(b.accepted))
+	}
+	return least
+}
+
+// grantedLocked is the sends granted per second over the last second.
+func (l *lane) grantedLocked(now time.Time) float64 {
+	at := now.UnixNano() / int64(tickSpan)
+	n := 0
+	for i := range int64(judgeSpan) {
+		if t := &l.ticks[int((at-i)%ticks+ticks)%ticks]; t.at == at-i {
+			n += t.granted
+		}
+	}
+	span := min(time.Second, max(now.Sub(l.created), tickSpan))
+	return float64(n) / span.Seconds()
+}
+
+// maxRate bounds the rate: far above what any push service takes from one
+// sender, and low enough that its arithmetic stays exact.
+const maxRate = 1e6
+
+// roundTrip is the time a send's answer takes to come back: twice the
+// mean latency, a tenth of a second at least.
+func (l *lane) roundTrip() float64 { return max(0.1, 2*l.latency) }
+
+// holdAfterCut is how long growth waits after a cut: until answers to the
+// sends made at the new rate are in.
+func (l *lane) holdAfterCut() time.Duration {
+	return max(l.cfg.CutCooldown, time.Duration(l.roundTrip()*float64(time.Second)))
+}
+
+// armLocked sets the lane's timer for the moment waiters can next move:
+// the end of a pause, or the next token.
+func (l *lane) armLocked(now time.Time) {
+	if l.waiting == 0 {
+		return
+	}
+	var at time.Time
+	switch {
+	case now.Before(l.paused):
+		at = l.paused
+	case l.tokens < 1:
+		// Rounded up to whole milliseconds: a wait that rounds to zero
+		// would wake at the same instant, forever.
+		wait := time.Duration(math.Ceil((1 - l.tokens) / l.rate * 1000))
+		at = now.Add(max(wait, 1) * time.Millisecond)
+	default:
+		return
+	}
+	if !l.armed.IsZero() && !l.armed.After(at) {
+		return
+	}
+	l.armed = at
+	d := at.Sub(now)
+	if l.timer == nil {
+		p := l.pacer
+		l.timer = time.AfterFunc(d, func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.armed = time.Time{}
+			now := p.now()
+			l.growLocked(p, now)
+			l.wakeLocked(p, now)
+		})
+		return
+	}
+	l.timer.Reset(d)
+}
+
+// limitInt is the concurrency limit: in slow start the configured
+// maximum (the rate is the guard); afterwards what the rate needs in
+// flight at twice the mean latency (Little's law), plus a little.
+func (l *lane) limitInt() int {
+	if l.slowStart || l.latency == 0 {
+		return l.cfg.MaxLimit
+	}
+	need := int(math.Ceil(2*l.rate*l.latency)) + 4
+	return min(max(need, l.cfg.MinLimit), l.cfg.MaxLimit)
+}
+
+// retryAllowed applies the retry budget: retries may hold at most
+// RetryShare of the slots while first attempts wait.
+func (l *lane) retryAllowed(retry, firstsWaiting bool) bool {
+	if !retry || !firstsWaiting {
+		return true
+	}
+	return float64(l.retries+1) <= math.Max(1, l.cfg.RetryShare*float64(l.limitInt()))
+}
+
+func (l *lane) grantLocked(p *Pacer, req Request, now time.Time) *Slot {
+	l.tickLocked(now).granted++
+	l.inFlight++
+	if req.Retry {
+		l.retries++
+	}
+	safe := !l.slowStart && l.rate <= l.cfg.CutFactor*l.ceiling*1.001
+	return &Slot{p: p, l: l, req: req, granted: now, safe: safe}
+}
+
+// evictLocked removes and returns the newest waiter of the lowest tier
+// below tier ti, or nil.
+func (l *lane) evictLocked(ti int) *waiter {
+	for t := 2; t > ti; t-- {
+		for r := 1; r >= 0; r-- {
+			q := l.queues[t][r]
+			if n := len(q); n > 0 {
+				w := q[n-1]
+				l.queues[t][r] = q[:n-1]
+				l.waiting--
+				return w
+			}
+		}
+	}
+	return nil
+}
+
+// cancel removes w from its queue; false when it was already granted.
+func (l *lane) cancel(w *waiter) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := &l.queues[w.req.Tier.Index()][boolIndex(w.req.Retry)]
+	for i, x := range *q {
+		if x == w {
+			*q = append((*q)[:i], (*q)[i+1:]...)
+			l.waiting--
+			return true
+		}
+	}
+	return false
+}
+
+// pickLocked chooses the next waiter: tiers by smooth weighted round robin
+// over those with an eligible waiter (work-conserving), first attempts
+// before retries when the retry budget is spent, else the oldest. A tier
+// is eligible when a token is there for it (tokenLocked's rule).
+func (l *lane) pickLocked(now time.Time) *waiter {
+	firsts := false
+	for t := range 3 {
+		firsts = firsts || len(l.queues[t][0]) > 0
+	}
+	retryOK := l.retryAllowed(true, firsts)
+	l.refillLocked(now)
+	eligible := func(t int) bool {
+		floor := 1.0
+		switch {
+		case t == 0 && l.slowStart:
+			floor = math.Inf(-1)
+		case t == 0:
+			floor = 1 - max(1, l.rate*tier1Debt)
+		}
+		if l.tokens < floor {
+			return false
+		}
+		return len(l.queues[t][0]) > 0 || (retryOK && len(l.queues[t][1]) > 0)
+	}
+	best := l.turns.Next(eligible)
+	if best < 0 {
+		if l.waiting > 0 && l.tokens < 1 {
+			l.starved = true
+		}
+		return nil
+	}
+	f, r := l.queues[best][0], l.queues[best][1]
+	useRetry := retryOK && len(r) > 0 && (len(f) == 0 || r[0].seq < f[0].seq)
+	q := &l.queues[best][boolIndex(useRetry)]
+	w := (*q)[0]
+	(*q)[0] = nil
+	*q = (*q)[1:]
+	l.waiting--
+	return w
+}
+
+// done records a result, adapts the rate and breaker, and hands freed
+// slots to waiters.
+func (l *lane) done(s *Slot, r push.Result, throttled bool, now time.Time) {
+	p := s.p
+	failed := !throttled && r.Class == push.Retryable && !s.req.Failing
+	repeat := !throttled && r.Class == push.Retryable && s.req.Failing
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lastUsed = now
+	l.inFlight--
+	if s.probe {
+		l.probes-- // also when deferred: else the lane stays half-open for good
+	} else if s.req.Retry {
+		l.retries--
+	}
+	if r.Class == push.Deferred || repeat {
+		// No send was made, or one that says nothing of the origin (a
+		// probe that fails again this way leaves the next probe to decide).
+		l.wakeLocked(p, now)
+		return
+	}
+	l.recordLocked(s.granted, now, throttled, failed, s.safe)
+	if s.probe {
+		switch {
+		case throttled || failed:
+			l.openLocked(p, now, 1)
+		case l.breaker == HalfOpen:
+			l.breaker = Closed
+			l.judgeFrom = now
+			l.event(p, Event{At: now, Kind: Closed})
+			l.signalLocked(p, now, SignalClosed, time.Time{})
+		}
+		l.wakeLocked(p, now)
+		return
+	}
+	if l.breaker == Closed {
+		l.adaptLocked(p, now, r.RetryAfter)
+	}
+	if !l.slowStart && now.Sub(l.reported) >= peerEvery {
+		l.signalLocked(p, now, SignalRate, time.Time{})
+	}
+	l.growLocked(p, now)
+	l.wakeLocked(p, now)
+}
+
+// recordLocked counts an answer.
+func (l *lane) recordLocked(granted, now time.Time, throttled, failed, safe bool) {
+	sec := now.Unix()
+	b := &l.seconds[int(sec%int64(len(l.seconds)))]
+	if b.sec != sec {
+		*b = second{sec: sec}
+	}
+	b.attempts++
+	if safe {
+		b.safe++
+		if throttled {
+			b.safeThrottled++
+		}
+	}
+	t := l.tickLocked(now)
+	if throttled {
+		b.throttled++
+		t.throttled++
+	} else {
+		b.accepted++
+		t.accepted++
+		lat := now.Sub(granted).Seconds()
+		if l.latency == 0 {
+			l.latency = lat
+		} else {
+			l.latency += (lat - l.latency) / 16
+		}
+	}
+	if granted.Before(l.judgeFrom) {
+		return
+	}
+	if l.freshFrom.IsZero() {
+		l.freshFrom = now
+	}
+	t.freshN++
+	switch {
+	case throttled:
+		t.freshThrottled++
+	case failed:
+		t.freshFailed++
+	}
+}
+
+func (l *lane) tickLocked(now time.Time) *tick {
+	at := now.UnixNano() / int64(tickSpan)
+	t := &l.ticks[int(at%ticks)]
+	if t.at != at {
+		*t = tick{at: at}
+	}
+	return t
+}
+
+// fresh is the evidence a decision is made on: the answers to sends
+// granted since the lane last changed, over the last second or as many
+// more of the ticks kept as it takes to see MinSamples, and the time they
+// came over.
+type fresh struct {
+	n, throttled, failed int
+	span                 time.Duration
+}
+
+func (l *lane) freshLocked(now time.Time, want int) fresh {
+	at := now.UnixNano() / int64(tickSpan)
+	var f fresh
+	i := int64(0)
+	for ; i < ticks; i++ {
+		t := &l.ticks[int((at-i)%ticks+ticks)%ticks]
+		if t.at == at-i {
+			f.n, f.throttled, f.failed = f.n+t.freshN, f.throttled+t.freshThrottled, f.failed+t.freshFailed
+		}
+		if i+1 >= judgeSpan && f.n >= want {
+			i++
+			break
+		}
+	}
+	f.span = time.Duration(i) * tickSpan
+	if !l.freshFrom.IsZero() {
+		f.span = min(f.span, now.Sub(l.freshFrom)+tickSpan/2)
+	}
+	return f
+}
+
+// acceptedLocked estimates what the origin accepts per second: what it
+// accepted in a tenth of a second in which it also refused sends, the
+// median of those over the last three seconds. Then its allowance was
+// spent, so what it took is its rate, whatever burst it allowed before (a
+// pause refills one); for this processor, its part of it. The median
+// leaves out the tenths in which a burst allowance ran out. With fewer
+// than three such tenths, what it accepted over the last second, counted
+// from the first tenth with answers.
+func (l *lane) acceptedLocked(now time.Time) float64 {
+	at := now.UnixNano() / int64(tickSpan)
+	var taken [ticks]int
+	refusing := 0
+	n, span := 0, 0
+	for i := range int64(ticks) {
+		t := &l.ticks[int((at-i)%ticks+ticks)%ticks]
+		if t.at != at-i {
+			continue
+		}
+		if t.throttled > 0 {
+			taken[refusing] = t.accepted
+			refusing++
+		}
+		if i < judgeSpan && t.accepted+t.throttled > 0 {
+			n += t.accepted
+			span = int(i) + 1
+		}
+	}
+	if refusing >= 3 {
+		m := taken[:refusing]
+		slices.Sort(m)
+		med := float64(m[refusing/2])
+		if refusing%2 == 0 {
+			med = (med + float64(m[refusing/2-1])) / 2
+		}
+		return med / tickSpan.Seconds()
+	}
+	if span == 0 {
+		return 0
+	}
+	// The tick under way counts by what of it has passed.
+	elapsed := float64(span-1)*tickSpan.Seconds() + float64(now.UnixNano()%int64(tickSpan))/1e9
+	return float64(n) / max(elapsed, tickSpan.Seconds()/2)
+}
+
+// adaptLocked applies the pacing rules after an answer.
+func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
+	f := l.freshLocked(now, l.cfg.MinSamples)
+	if f.n < l.cfg.MinSamples {
+		return
+	}
+	share := float64(f.throttled) / float64(f.n)
+	outage := aboveZ(f.failed, f.n, l.cfg.ErrorHaltRate, l.z)
+	if f.span < judgeMin && share <= l.cfg.HaltRate && !outage {
+		// A quarter of a second of answers at least, unless they leave
+		// no doubt: a storm or an outage is answered at once.
+		return
+	}
+	if outage {
+		l.openLocked(p, now, float64(f.failed)/float64(f.n))
+		return
+	}
+	background := l.backgroundLocked(now)
+	threshold := background + l.cfg.CutRate
+	if l.slowStart {
+		// Nothing is known of the origin yet: per-device 429s near the
+		// threshold must not end slow start far below its limit.
+		threshold += l.cfg.CutRate
+	}
+	switch {
+	case share > l.cfg.HaltRate:
+		until := now.Add(max(retryAfter, l.cfg.DefaultPause))
+		acc := l.acceptedLocked(now)
+		l.cutLocked(now, acc)
+		if until.After(l.paused) {
+			l.paused = until
+		}
+		l.event(p, Event{At: now, Kind: "pause", Rate: share, Until: l.paused, Accepted: acc})
+		l.signalLocked(p, now, SignalPause, l.paused)
+	case share > threshold && now.Sub(l.lastCut) >= l.cfg.CutCooldown:
+		acc := l.acceptedLocked(now)
+		l.cutLocked(now, acc)
+		l.event(p, Event{At: now, Kind: "cut", Rate: share, Accepted: acc})
+		l.signalLocked(p, now, SignalCut, time.Time{})
+	}
+}
+
+// judgeMin is the least span of answers a cut is judged on.
+const judgeMin = 250 * time.Millisecond
+
+// backgroundLocked is the 429 share of the answers, over the last
+// backgroundSpan, to sends made at or below CutFactor of the ceiling: a
+// limit's own 429s end there, while devices throttled one by one (APNs,
+// FCM) go on being throttled at any rate. Believed over backgroundMin
+// answers at least, and up to maxBackground.
+func (l *lane) backgroundLocked(now time.Time) float64 {
+	n, k := 0, 0
+	for sec := now.Unix() - backgroundSpan; sec <= now.Unix(); sec++ {
+		if b := l.seconds[int(sec%int64(len(l.seconds)))]; b.sec == sec {
+			n, k = n+b.safe, k+b.safeThrottled
+		}
+	}
+	if n < backgroundMin {
+		return 0
+	}
+	return min(float64(k)/float64(n), maxBackground)
+}
+
+const (
+	backgroundSpan = 30 // seconds
+	backgroundMin  = 100
+	maxBackground  = 0.15
+)
+
+// cutLocked cuts the rate to CutFactor of acc, what the origin accepted
+// per second, when that is lower than the rate (it is when the origin is
+// the bound), and ends slow start.
+func (l *lane) cutLocked(now time.Time, acc float64) {
+	// What this processor sent: its rate, or more where tier 1 went
+	// ahead of it.
+	before := max(l.rate, l.grantedLocked(now))
+	next := l.rate
+	if acc > 0 {
+		next = min(next, acc)
+	} else {
+		next /= 2
+	}
+	if fair := l.fairLocked(now); fair > 0 {
+		// Sharing the origin: nobody keeps more than an equal part.
+		next = min(next, fair)
+	}
+	l.rate = max(next*l.cfg.CutFactor, minRate)
+	// The ceiling is what the origin took, but never above what this
+	// processor sent: an estimate fed by a burst
+	// allowance would otherwise pull the rate back up past the limit.
+	if acc <= 0 {
+		acc = before
+	}
+	l.ceiling, l.probeFrom = max(min(acc, before), minRate), time.Time{}
+	l.slowStart = false
+	l.tokens = min(l.tokens, 0)
+	l.restartLocked(now)
+}
+
+// minRate is the lowest rate: one send in two seconds.
+const minRate = 0.5
+
+// restartLocked starts a new period of judgement.
+func (l *lane) restartLocked(now time.Time) {
+	l.lastCut, l.judgeFrom, l.freshFrom = now, now, time.Time{}
+	l.raisedAt, l.raisedFrom = now, l.rate
+	for i := range l.ticks {
+		t := &l.ticks[i]
+		t.freshN, t.freshThrottled, t.freshFailed = 0, 0, 0
+	}
+}
+
+// openLocked opens the breaker for OpenFor.
+func (l *lane) openLocked(p *Pacer, now time.Time, share float64) {
+	l.breaker = Open
+	l.openUntil = now.Add(l.cfg.OpenFor)
+	l.restartLocked(now)
+	l.event(p, Event{At: now, Kind: Open, Rate: share, Until: l.openUntil})
+	l.signalLocked(p, now, SignalOpen, l.openUntil)
+}
+
+// apply takes a peer's signal (Pacer.Apply).
+func (l *lane) apply(p *Pacer, s Signal, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lastUsed = now
+	if l.peers == nil {
+		l.peers = make(map[string]peer)
+	}
+	if s.Rate > 0 && now.Sub(s.At) <= peerFresh {
+		l.peers[s.From] = peer{rate: s.Rate, at: s.At}
+	}
+	switch s.Kind {
+	case SignalRate:
+		if l.slowStart && s.Rate > 0 {
+			// The others have found the origin's limit: take an equal
+			// part of it rather than probe into it from nothing.
+			l.slowStart = false
+			l.rate = s.Rate
+			l.tokens = min(l.tokens, 1)
+			l.restartLocked(now)
+			l.event(p, Event{At: now, Kind: "peer"})
+		}
+	case SignalCut, SignalPause:
+		if now.Sub(l.lastCut) >= l.holdAfterCut() {
+			l.cutLocked(now, l.acceptedLocked(now))
+			l.event(p, Event{At: now, Kind: "cut", Peer: true})
+		}
+		if s.Kind == SignalPause && s.Until.After(l.paused) {
+			l.paused = s.Until
+			l.event(p, Event{At: now, Kind: "pause", Until: l.paused, Peer: true})
+		}
+	case SignalOpen:
+		if l.breaker == Closed && s.Until.After(now) {
+			l.breaker = Open
+			l.openUntil = s.Until
+			l.restartLocked(now)
+			l.event(p, Event{At: now, Kind: Open, Until: s.Until, Peer: true})
+		}
+	}
+	l.wakeLocked(p, now)
+}
+
+// signalLocked tells the pacer's peers of a change (WithSignals).
+func (l *lane) signalLocked(p *Pacer, now time.Time, kind string, until time.Time) {
+	l.reported = now
+	p.signal(Signal{Origin: l.origin, At: now, Kind: kind, Rate: l.rate, Accepted: l.acceptedLocked(now), Until: until})
+}
+
+// event reports e for this lane, with the lane's figures after it.
+func (l *lane) event(p *Pacer, e Event) {
+	e.Origin, e.Limit, e.Estimate = l.origin, l.limitInt(), l.rate
+	p.observe(e)
+}
+
+// wakeLocked hands free slots to waiters. When the origin is halted every
+// waiter goes back to the ladder; when it is paused, all but tier 1 do
+// (tier 1 waits out a short pause).
+func (l *lane) wakeLocked(p *Pacer, now time.Time) {
+	if l.breaker != Closed {
+		for l.waiting > 0 {
+			w := l.evictLocked(-1)
+			w.ch <- grant{until: l.openUntil}
+		}
+		return
+	}
+	if now.Before(l.paused) {
+		// Tier 1 waits out a short pause (as in admit); a longer one sends
+		// it back too, rather than blocking its caller for all of it.
+		keep := 0
+		if l.paused.Sub(now) > maxHold {
+			keep = -1
+		}
+		for {
+			w := l.evictLocked(keep)
+			if w == nil {
+				break
+			}
+			w.ch <- grant{until: l.paused}
+		}
+		l.armLocked(now)
+		return
+	}
+	for l.waiting > 0 && l.inFlight < l.limitInt() {
+		w := l.pickLocked(now)
+		if w == nil {
+			break
+		}
+		if w.req.Tier.Index() > 0 || !l.slowStart {
+			l.tokens--
+		}
+		w.ch <- grant{slot: l.grantLocked(p, w.req, now)}
+	}
+	l.armLocked(now)
+}
+
+// aboveZ tells whether the share k/n is above p with the confidence of the
+// one-sided quantile z (Wilson score); z 0 compares the plain share.
+func aboveZ(k, n int, p, z float64) bool {
+	if n == 0 {
+		return false
+	}
+	ph := float64(k) / float64(n)
+	if z == 0 {
+		return ph > p
+	}
+	nf := float64(n)
+	lower := (ph + z*z/(2*nf) - z*math.Sqrt(ph*(1-ph)/nf+z*z/(4*nf*nf))) / (1 + z*z/nf)
+	return lower > p
+}
+
+// idle reports when the lane was last used and whether nothing of it is in
+// force any more: it may be forgotten.
+func (l *lane) idle(now time.Time) (lastUsed time.Time, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ok = l.inFlight == 0 && l.waiting == 0 && l.armed.IsZero() && !now.Before(l.paused) && l.breaker == Closed
+	return l.lastUsed, ok
+}
+
+func (l *lane) state(now time.Time) LaneState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	from := now.Add(-l.cfg.Window).Unix() + 1
+	n, t := 0, 0
+	for _, b := range l.seconds {
+		if b.sec >= from && b.sec <= now.Unix() {
+			n, t = n+b.attempts, t+b.throttled
+		}
+	}
+	rate := 0.0
+	if n > 0 {
+		rate = float64(t) / float64(n)
+	}
+	br := l.breaker
+	if br == Open && !now.Before(l.openUntil) {
+		br = HalfOpen
+	}
+	st := LaneState{Origin: l.origin, Limit: l.limitInt(), InFlight: l.inFlight, Waiting: l.waiting, Rate: l.rate, SlowStart: l.slowStart,
+		Rate429: rate, Background: l.backgroundLocked(now), Breaker: br, PausedUntil: l.paused}
+	for _, pr := range l.peers {
+		if now.Sub(pr.at) <= peerFresh {
+			st.PeerRate += pr.rate
+			st.Peers++
+		}
+	}
+	return st
+}

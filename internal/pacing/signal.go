@@ -1,0 +1,65 @@
+package pacing
+
+import "time"
+
+// Signal is what one processor tells the others that send to the same
+// origin: a change of its pacing (a cut, a pause, the breaker) or, while
+// the origin is paced, its send rate now and then. Processors sharing an
+// origin share its limit; what one learns the others apply (Apply), so
+// that together they stay under it and a pause seen by one holds for all.
+type Signal struct {
+	Origin string
+	// From names the processor that sent it; Apply ignores its own.
+	From string
+	At   time.Time
+	// Kind: "rate" (a periodic report), "cut", "pause", "open", "closed".
+	Kind string
+	// Rate is the sender's send rate after the change (sends/s);
+	// Accepted what the origin accepted from it over the last second.
+	Rate     float64
+	Accepted float64
+	// Until ends a pause or an open breaker.
+	Until time.Time
+}
+
+// Signal kinds.
+const (
+	SignalRate   = "rate"
+	SignalCut    = "cut"
+	SignalPause  = "pause"
+	SignalOpen   = "open"
+	SignalClosed = "closed"
+)
+
+// peerFresh is how long a peer's last report counts: peers report at least
+// every peerEvery while they send to a paced origin.
+const (
+	peerEvery = time.Second
+	peerFresh = 5 * time.Second
+)
+
+// Apply takes a signal from another processor that sends to s.Origin:
+//   - a cut: this processor cuts too, to what the origin accepted from it
+//     (unless it cut within a round trip): the origin's limit is shared, and
+//     a cut by one alone would leave the others over their part of it;
+//   - a pause or an open breaker: the same holds here until s.Until;
+//   - a rate: remembered as the peer's part of the origin's rate; a lane
+//     still in slow start takes an equal part at once instead of probing
+//     into a limit the others have already found.
+//
+// Signals older than peerFresh are ignored, except that a pause or breaker
+// still in force applies.
+func (p *Pacer) Apply(s Signal) {
+	if !p.cfg.Enabled || s.Origin == "" {
+		return
+	}
+	now := p.now()
+	if now.Sub(s.At) > peerFresh && !s.Until.After(now) {
+		return
+	}
+	l := p.lane(s.Origin, now)
+	if l == nil {
+		return
+	}
+	l.apply(p, s, now)
+}
