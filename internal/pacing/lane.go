@@ -220,7 +220,7 @@ const burstFor = 0.1
 // tier1Debt is how far tier 1 may draw ahead of the rate, in seconds of
 // it: a burst of tier-1 sends goes at once, and the lower tiers wait the
 // debt out.
-const tier1Debt = 0.5
+const tier1Debt = 0.25
 
 // refillLocked adds the tokens earned since the last refill.
 func (l *lane) refillLocked(now time.Time) {
@@ -326,7 +326,7 @@ func (l *lane) fairLocked(now time.Time) float64 {
 
 // probeCap bounds a probe: at most this multiple of the ceiling until the
 // origin has proven more (provenLocked).
-const probeCap = 1.4
+const probeCap = 1.3
 
 // provenLocked is the least the origin accepted in each of the last three
 // whole seconds, if none of them had more 429s than the background; else
@@ -640,40 +640,53 @@ func (l *lane) freshLocked(now time.Time, want int) fresh {
 }
 
 // acceptedLocked estimates what the origin accepts per second: what it
-// accepted in a tenth of a second in which it also refused sends, the
-// median of those over the last three seconds. Then its allowance was
-// spent, so what it took is its rate, whatever burst it allowed before (a
-// pause refills one); for this processor, its part of it. The median
-// leaves out the tenths in which a burst allowance ran out. With fewer
-// than three such tenths, what it accepted over the last second, counted
-// from the first tenth with answers.
+// accepted in the windows, over the last three seconds, in which it also
+// refused sends, the median of them. Then its allowance was spent, so what
+// it took is its rate, whatever burst it allowed before (a pause refills
+// one); for this processor, its part of it. The median leaves out the
+// windows in which a burst allowance ran out. A window is as many tenths
+// of a second as hold about ten answers, so that a low rate is not
+// rounded to whole answers a tenth. With fewer than two such windows,
+// what it accepted over the last second, counted from the first tenth
+// with answers.
 func (l *lane) acceptedLocked(now time.Time) float64 {
 	at := now.UnixNano() / int64(tickSpan)
-	var taken [ticks]int
-	refusing := 0
+	var accepted, throttled [ticks]int
+	all := 0
 	n, span := 0, 0
 	for i := range int64(ticks) {
 		t := &l.ticks[int((at-i)%ticks+ticks)%ticks]
 		if t.at != at-i {
 			continue
 		}
-		if t.throttled > 0 {
-			taken[refusing] = t.accepted
-			refusing++
-		}
+		accepted[i], throttled[i] = t.accepted, t.throttled
+		all += t.accepted + t.throttled
 		if i < judgeSpan && t.accepted+t.throttled > 0 {
 			n += t.accepted
 			span = int(i) + 1
 		}
 	}
-	if refusing >= 3 {
-		m := taken[:refusing]
-		slices.Sort(m)
-		med := float64(m[refusing/2])
-		if refusing%2 == 0 {
-			med = (med + float64(m[refusing/2-1])) / 2
+	k := 1
+	if all > 0 {
+		k = min(max(int(math.Ceil(10*ticks/float64(all))), 1), judgeSpan)
+	}
+	var taken []float64
+	for w := 0; w+k <= ticks; w += k {
+		a, r := 0, 0
+		for i := w; i < w+k; i++ {
+			a, r = a+accepted[i], r+throttled[i]
 		}
-		return med / tickSpan.Seconds()
+		if r > 0 {
+			taken = append(taken, float64(a)/(float64(k)*tickSpan.Seconds()))
+		}
+	}
+	if len(taken) >= 2 {
+		slices.Sort(taken)
+		m := len(taken) / 2
+		if len(taken)%2 == 1 {
+			return taken[m]
+		}
+		return (taken[m-1] + taken[m]) / 2
 	}
 	if span == 0 {
 		return 0
