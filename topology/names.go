@@ -61,8 +61,14 @@ func (n Names) Inputs(p *tiers.Policy) []string {
 // Outputs lists the topics the processor only produces to.
 func (n Names) Outputs() []string { return []string{n.DLQ(), n.Gone(), n.Outcomes()} }
 
+// Pacing is the compacted topic, keyed by push service origin, through
+// which processors share their pacing (internal/share).
+func (n Names) Pacing() string { return n.Prefix + "pacing" }
+
 // All lists every topic of the topology.
-func (n Names) All(p *tiers.Policy) []string { return append(n.Inputs(p), n.Outputs()...) }
+func (n Names) All(p *tiers.Policy) []string {
+	return append(append(n.Inputs(p), n.Outputs()...), n.Pacing())
+}
 
 // Parse maps a consumed topic back to its tier and step.
 func (n Names) Parse(topic string, p *tiers.Policy) (Source, error) {

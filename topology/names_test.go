@@ -14,7 +14,7 @@ var contractTopics = []string{
 	"push.tier1", "push.tier1.retry-2s", "push.tier1.retry-8s", "push.tier1.retry-60s",
 	"push.tier2", "push.tier2.retry-2s", "push.tier2.retry-8s", "push.tier2.retry-60s",
 	"push.tier3", "push.tier3.retry-8s", "push.tier3.retry-60s",
-	"push.dlq", "push.gone", "push.outcomes",
+	"push.dlq", "push.gone", "push.outcomes", "push.pacing",
 }
 
 func TestNamesAllMatchesContract(t *testing.T) {
@@ -27,7 +27,7 @@ func TestNamesAllMatchesContract(t *testing.T) {
 	if gotIn, wantIn := n.Inputs(&p), contractTopics[:11]; !slices.Equal(gotIn, wantIn) {
 		t.Errorf("Inputs() = %q, want %q", gotIn, wantIn)
 	}
-	if gotOut, wantOut := n.Outputs(), contractTopics[11:]; !slices.Equal(gotOut, wantOut) {
+	if gotOut, wantOut := n.Outputs(), contractTopics[11:14]; !slices.Equal(gotOut, wantOut) {
 		t.Errorf("Outputs() = %q, want %q", gotOut, wantOut)
 	}
 }

@@ -153,5 +153,11 @@ func configsFor(topic string, names topology.Names, spec Spec) map[string]*strin
 		policy := "compact,delete"
 		cfg["cleanup.policy"] = &policy
 	}
+	if topic == names.Pacing() {
+		// Keyed by origin; a processor reads the last minute of it when
+		// it starts, so an hour is plenty.
+		policy, hour := "compact,delete", strconv.FormatInt(time.Hour.Milliseconds(), 10)
+		cfg["cleanup.policy"], cfg["retention.ms"] = &policy, &hour
+	}
 	return cfg
 }

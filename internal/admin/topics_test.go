@@ -57,8 +57,8 @@ func TestEnsureTopicsCreatesFullSetAndIsIdempotent(t *testing.T) {
 
 	want := names.All(&policy)
 	slices.Sort(want)
-	if len(want) != 14 {
-		t.Fatalf("topology has %d topics, want the contract's 14: %v", len(want), want)
+	if len(want) != 15 {
+		t.Fatalf("topology has %d topics, want the contract's 14 and push.pacing: %v", len(want), want)
 	}
 
 	first, err := Ensure(ctx, adm, names, &policy, spec)
@@ -132,15 +132,18 @@ func TestEnsureTopicsSetsConfigs(t *testing.T) {
 			}
 		}
 		wantRetention := spec.Retention
-		if topic == names.DLQ() {
+		switch topic {
+		case names.DLQ():
 			wantRetention = spec.DLQRetention
+		case names.Pacing():
+			wantRetention = time.Hour
 		}
 		if got["retention.ms"] != strconv.FormatInt(wantRetention.Milliseconds(), 10) {
 			t.Errorf("%s retention.ms = %q, want %s", topic, got["retention.ms"], wantRetention)
 		}
 		compacted := strings.Contains(got["cleanup.policy"], "compact")
-		if compacted != (topic == names.Outcomes()) {
-			t.Errorf("%s cleanup.policy = %q: only %s is compacted", topic, got["cleanup.policy"], names.Outcomes())
+		if compacted != (topic == names.Outcomes() || topic == names.Pacing()) {
+			t.Errorf("%s cleanup.policy = %q: only %s and %s are compacted", topic, got["cleanup.policy"], names.Outcomes(), names.Pacing())
 		}
 	}
 }

@@ -329,14 +329,13 @@ func (l *lane) fairLocked(now time.Time) float64 {
 const probeCap = 1.3
 
 // provenLocked is the least the origin accepted in each of the last three
-// whole seconds, if none of them had more 429s than the background; else
-// 0.
+// whole seconds, if none of them had a 429 share that would cut; else 0.
 func (l *lane) provenLocked(now time.Time) float64 {
 	least := math.Inf(1)
-	bg := l.backgroundLocked(now)
+	limit := l.backgroundLocked(now) + l.cfg.CutRate
 	for sec := now.Unix() - 3; sec < now.Unix(); sec++ {
 		b := l.seconds[int(sec%int64(len(l.seconds)))]
-		if b.sec != sec || float64(b.throttled) > bg*float64(b.attempts)+1 {
+		if b.sec != sec || float64(b.throttled) > limit*float64(b.attempts)+1 {
 			return 0
 		}
 		least = min(least, float64(b.accepted))
@@ -704,7 +703,11 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 	}
 	share := float64(f.throttled) / float64(f.n)
 	outage := aboveZ(f.failed, f.n, l.cfg.ErrorHaltRate, l.z)
-	if f.span < judgeMin && share <= l.cfg.HaltRate && !outage {
+	// Shares are judged with Confidence (the lower bound of the Wilson
+	// score interval): a few answers, or devices throttled one by one near
+	// a threshold, must not cut or halt on noise.
+	storm := aboveZ(f.throttled, f.n, l.cfg.HaltRate, l.z)
+	if f.span < judgeMin && !storm && !outage {
 		// A quarter of a second of answers at least, unless they leave
 		// no doubt: a storm or an outage is answered at once.
 		return
@@ -721,7 +724,7 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		threshold += l.cfg.CutRate
 	}
 	switch {
-	case share > l.cfg.HaltRate:
+	case storm:
 		until := now.Add(max(retryAfter, l.cfg.DefaultPause))
 		acc := l.acceptedLocked(now)
 		l.cutLocked(now, acc)
@@ -730,7 +733,7 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		}
 		l.event(p, Event{At: now, Kind: "pause", Rate: share, Until: l.paused, Accepted: acc})
 		l.signalLocked(p, now, SignalPause, l.paused)
-	case share > threshold && now.Sub(l.lastCut) >= l.cfg.CutCooldown:
+	case aboveZ(f.throttled, f.n, threshold, l.z) && now.Sub(l.lastCut) >= l.cfg.CutCooldown:
 		acc := l.acceptedLocked(now)
 		l.cutLocked(now, acc)
 		l.event(p, Event{At: now, Kind: "cut", Rate: share, Accepted: acc})

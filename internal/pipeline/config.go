@@ -7,9 +7,13 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -19,6 +23,7 @@ import (
 	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/event"
 	"github.com/tierpush/tierpush/internal/pacing"
+	"github.com/tierpush/tierpush/internal/share"
 	"github.com/tierpush/tierpush/tiers"
 	"github.com/tierpush/tierpush/topology"
 )
@@ -74,6 +79,14 @@ type Config struct {
 	TombstoneTTL  time.Duration
 	// Pacing paces sends per push service; its Weights come from Policy.
 	Pacing pacing.Config
+	// SharePacing shares pacing with the other processors sending to the
+	// same push services, through the pacing topic (internal/share).
+	// Default true.
+	SharePacing bool
+	// Instance names this processor in the signals it shares; it must
+	// differ between processors. Default host name, process id and a
+	// random suffix.
+	Instance string
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -98,6 +111,7 @@ func DefaultConfig() Config {
 		TombstoneSize:  100_000,
 		TombstoneTTL:   24 * time.Hour,
 		Pacing:         pacing.DefaultConfig(),
+		SharePacing:    true,
 		Now:            time.Now,
 	}
 }
@@ -140,6 +154,7 @@ func (c *Config) Validate() error {
 type Processor struct {
 	*consume.Consumer
 	pacer *pacing.Pacer
+	share *share.Exchange // nil when pacing is not shared
 	stats *deliver.Stats
 }
 
@@ -188,9 +203,24 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 	for i, t := range tiers.All {
 		cfg.Pacing.Weights[i] = cfg.Policy.Ladder(t).Weight
 	}
-	pacer, err := pacing.New(cfg.Pacing, append([]pacing.Option{pacing.WithClock(cfg.Now)}, o.pacing...)...)
+	var ex *share.Exchange
+	popts := append([]pacing.Option{pacing.WithClock(cfg.Now)}, o.pacing...)
+	if cfg.SharePacing && cfg.Pacing.Enabled {
+		popts = append(popts, pacing.WithSignals(func(s pacing.Signal) { ex.Publish(s) }))
+	}
+	pacer, err := pacing.New(cfg.Pacing, popts...)
 	if err != nil {
 		return nil, fmt.Errorf("pacing: %w", err)
+	}
+	if cfg.SharePacing && cfg.Pacing.Enabled {
+		if cfg.Instance == "" {
+			cfg.Instance = defaultInstance()
+		}
+		ex, err = share.New(share.Config{Topic: cfg.Names.Pacing(), From: cfg.Instance, Now: cfg.Now}, log, pacer,
+			append(kopts[:len(kopts):len(kopts)], o.kopts...))
+		if err != nil {
+			return nil, err
+		}
 	}
 	dcfg := deliver.Config{Names: cfg.Names, Policy: cfg.Policy, Rules: cfg.Rules, Jitter: cfg.Jitter, MaxJitter: cfg.MaxJitter,
 		SigLifetime: cfg.SigLifetime, TombstoneSize: cfg.TombstoneSize, TombstoneTTL: cfg.TombstoneTTL, Now: cfg.Now}
@@ -212,7 +242,29 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 	if err != nil {
 		return nil, err
 	}
-	return &Processor{Consumer: c, pacer: pacer, stats: stats}, nil
+	return &Processor{Consumer: c, pacer: pacer, share: ex, stats: stats}, nil
+}
+
+// Run consumes until ctx ends (consume.Consumer.Run) and, beside it, shares
+// pacing with the other processors; it returns once both have stopped.
+func (p *Processor) Run(ctx context.Context) error {
+	if p.share == nil {
+		return p.Consumer.Run(ctx)
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = p.share.Run(sctx) })
+	err := p.Consumer.Run(ctx)
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// defaultInstance names this process: host name, process id and a random
+// suffix, so that two processes on one host, or one restarted, differ.
+func defaultInstance() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d-%08x", host, os.Getpid(), rand.Uint32())
 }
 
 // Pacer is the processor's pacer (for status and metrics).
