@@ -13,6 +13,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	webpush "github.com/SherClockHolmes/webpush-go"
@@ -25,6 +26,7 @@ import (
 	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/event"
 	"github.com/tierpush/tierpush/internal/netguard"
+	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/telemetry"
 	"github.com/tierpush/tierpush/tiers"
@@ -128,7 +130,18 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 		return fmt.Errorf("metrics: %w", err)
 	}
 	defer flush(metrics.Shutdown, log)
-	popts := []pipeline.Option{pipeline.WithHooks(metrics)}
+	// The pacer is made with the pipeline; the gauges read it once it is.
+	var lanes atomic.Pointer[func() []pacing.LaneState]
+	pacingTelemetry, err := metrics.NewPacing(log, func() []pacing.LaneState {
+		if f := lanes.Load(); f != nil {
+			return (*f)()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	popts := []pipeline.Option{pipeline.WithHooks(metrics), pipeline.WithPacingObserver(pacingTelemetry.Observe)}
 	if telemetry.TracingEnabled() {
 		popts = append(popts, telemetry.PipelineTracing(tp, "tierpush", cfg.Group)...)
 		log.Info("tracing on", "endpoint", firstEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"))
@@ -144,6 +157,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	if err != nil {
 		return fmt.Errorf("start pipeline: %w", err)
 	}
+	pacerLanes := p.Pacer().Lanes
+	lanes.Store(&pacerLanes)
 	adm := kadm.NewClient(p.Client())
 	if err := metrics.Observe(telemetry.Gauges{
 		Lanes:           p.Pacer().Lanes,
