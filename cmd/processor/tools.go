@@ -124,6 +124,7 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ttl := fs.Int("ttl", 3600, "TTL in seconds")
 	urgency := fs.String("urgency", "", "very-low, low, normal or high")
 	topic := fs.String("topic", "", "RFC 8030 topic (collapse key)")
+	app := fs.String("app", "", "the app whose VAPID identity signs it (--vapid-keys of the processor); default: the default identity")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the broker to take the event")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -134,6 +135,14 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	t, err := tiers.Parse(*tier)
 	if err != nil {
 		return usageError(fmt.Errorf("--tier: %w", err))
+	}
+	if *app != "" {
+		if *file != "" {
+			return usageError(errors.New(`--app: give "app" in the --file event instead`))
+		}
+		if err := event.CheckApp(*app); err != nil {
+			return usageError(fmt.Errorf("--app: %w", err))
+		}
 	}
 	var value []byte
 	switch {
@@ -156,6 +165,9 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		if *topic != "" {
 			e["topic"] = *topic
+		}
+		if *app != "" {
+			e["app"] = *app
 		}
 		value, err = json.Marshal(e)
 	}

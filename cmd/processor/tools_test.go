@@ -37,12 +37,12 @@ func TestSend(t *testing.T) {
 		{
 			name: "from flags",
 			args: []string{"--tier", "tier2", "--id", "evt-flags", "--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", sub.Auth,
-				"--payload", "Sale ends tonight", "--ttl", "600", "--urgency", "high", "--topic", "sale-42"},
+				"--payload", "Sale ends tonight", "--ttl", "600", "--urgency", "high", "--topic", "sale-42", "--app", "shop-2027"},
 			topic:  "push.tier2",
 			wantID: "evt-flags",
 			check: func(t *testing.T, e *event.Event) {
-				if string(e.Payload) != "Sale ends tonight" || e.TTL != 600*time.Second || e.Urgency != "high" || e.Topic != "sale-42" || e.Endpoint != sub.Endpoint {
-					t.Errorf("event %q ttl %v urgency %q topic %q", e.Payload, e.TTL, e.Urgency, e.Topic)
+				if string(e.Payload) != "Sale ends tonight" || e.TTL != 600*time.Second || e.Urgency != "high" || e.Topic != "sale-42" || e.Endpoint != sub.Endpoint || e.App != "shop-2027" {
+					t.Errorf("event %q ttl %v urgency %q topic %q app %q", e.Payload, e.TTL, e.Urgency, e.Topic, e.App)
 				}
 			},
 		},
@@ -112,6 +112,8 @@ func TestSendRefusesBadEvents(t *testing.T) {
 		{"file without keys", []string{"--file", bad}, "subscription.keys"},
 		{"missing file", []string{"--file", filepath.Join(t.TempDir(), "none.json")}, "--file"},
 		{"bad tier", []string{"--tier", "tier0"}, "--tier"},
+		{"bad app", []string{"--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", sub.Auth, "--app", "shop/eu"}, "--app"},
+		{"app beside a file", []string{"--file", bad, "--app", "shop"}, "--app"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
