@@ -17,6 +17,7 @@ import (
 
 	"github.com/tierpush/tierpush/internal/admin"
 	"github.com/tierpush/tierpush/internal/broker"
+	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/event"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/tiers"
@@ -93,10 +94,12 @@ func runBroker(ctx context.Context, args []string, _, stderr io.Writer) error {
 	return nil
 }
 
-// runVAPID is `processor vapid`: a new key pair as env lines.
+// runVAPID is `processor vapid`: a new key pair as env lines, or with
+// --app as an entry of the --vapid-keys file.
 func runVAPID(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("processor vapid", stderr)
 	subject := fs.String("subject", "mailto:ops@example.com", "VAPID subject to print alongside")
+	app := fs.String("app", "", "print the pair as this app's entry of a --vapid-keys file instead of env lines")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -104,7 +107,15 @@ func runVAPID(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("generate vapid keys: %w", err)
 	}
-	fmt.Fprintf(stdout, "VAPID_PUBLIC_KEY=%s\nVAPID_PRIVATE_KEY=%s\nVAPID_SUBJECT=%s\n", pub, priv, *subject)
+	if *app == "" {
+		fmt.Fprintf(stdout, "VAPID_PUBLIC_KEY=%s\nVAPID_PRIVATE_KEY=%s\nVAPID_SUBJECT=%s\n", pub, priv, *subject)
+		return nil
+	}
+	v := dispatch.VAPID{PublicKey: pub, PrivateKey: priv, Subject: *subject}
+	if err := dispatch.ValidateApp(*app, v); err != nil {
+		return usageError(fmt.Errorf("--app/--subject: %w", err))
+	}
+	fmt.Fprintf(stdout, "%s:\n  public_key: %s\n  private_key: %s\n  subject: %q\n", *app, pub, priv, *subject)
 	return nil
 }
 

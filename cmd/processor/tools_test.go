@@ -170,6 +170,19 @@ func TestVAPID(t *testing.T) {
 	if strings.Contains(again, env["VAPID_PRIVATE_KEY"]) {
 		t.Error("vapid printed the same private key twice")
 	}
+
+	// --app: an entry of the keys file, which the processor reads back.
+	code, entry, stderr := runTool(t, "", nil, "vapid", "--app", "shop-2027", "--subject", "mailto:push@shop.example")
+	if code != 0 {
+		t.Fatalf("vapid --app: exit %d; stderr:\n%s", code, stderr)
+	}
+	apps, err := parseVAPIDKeys([]byte(entry))
+	if err != nil || len(apps) != 1 || apps["shop-2027"].Subject != "mailto:push@shop.example" {
+		t.Fatalf("vapid --app printed %q: %v %+v", entry, err, apps)
+	}
+	if code, _, stderr := runTool(t, "", nil, "vapid", "--app", "shop", "--subject", "push@shop.example"); code != 2 || !strings.Contains(stderr, "shop.subject") {
+		t.Errorf("vapid --app with a bare address: exit %d, want 2 naming shop.subject; stderr:\n%s", code, stderr)
+	}
 }
 
 // send against a broker nobody answers on gives up after --timeout with an
