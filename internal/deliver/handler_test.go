@@ -24,10 +24,11 @@ import (
 )
 
 // sender answers every send with res and counts the sends. It signs for
-// the default identity and the apps "shop" and "news".
+// the default identity (unless noDefault) and the apps "shop" and "news".
 type sender struct {
-	res   push.Result
-	sends int
+	res       push.Result
+	sends     int
+	noDefault bool
 }
 
 func (s *sender) Send(context.Context, *event.Event, time.Duration) push.Result {
@@ -35,7 +36,9 @@ func (s *sender) Send(context.Context, *event.Event, time.Duration) push.Result 
 	return s.res
 }
 
-func (s *sender) Signs(app string) bool { return app == "" || app == "shop" || app == "news" }
+func (s *sender) Signs(app string) bool {
+	return app == "" && !s.noDefault || app == "shop" || app == "news"
+}
 
 var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 
@@ -287,5 +290,24 @@ func TestHandleRetryOfUnknownApp(t *testing.T) {
 	var o topology.OutcomeRecord
 	if err := json.Unmarshal(d.Records[1].Value, &o); err != nil || o.Reason != string(topology.ReasonUnknownApp) || o.Attempts != 2 || o.App != "shop-2025" || o.Status != 503 {
 		t.Fatalf("outcome %+v (%v), want unknown_app after 2 attempts, app shop-2025, last status 503", o, err)
+	}
+}
+
+// Without a default identity, an event without app ends unknown_app,
+// unsent, and push-error says what is missing.
+func TestHandleNoDefaultIdentity(t *testing.T) {
+	h, s, _ := newHandler(t, push.Result{Class: push.Delivered, Status: 201})
+	s.noDefault = true
+	d := h.Handle(context.Background(), tierIn(eventValue("n", nil)))
+	if got := topics(d); !slices.Equal(got, []string{"push.dlq", "push.outcomes"}) || s.sends != 0 {
+		t.Fatalf("produces %v after %d sends, want DLQ and outcome unsent", got, s.sends)
+	}
+	m, err := topology.DecodeMeta(d.Records[0].Headers)
+	if err != nil || m.Reason != topology.ReasonUnknownApp || !strings.Contains(m.Error, "no default VAPID identity") {
+		t.Errorf("DLQ headers %+v (%v), want unknown_app saying there is no default identity", m, err)
+	}
+	d = h.Handle(context.Background(), tierIn(eventValue("s", map[string]any{"app": "shop"})))
+	if got := topics(d); !slices.Equal(got, []string{"push.outcomes"}) || s.sends != 1 {
+		t.Errorf("an app's event: produces %v after %d sends, want delivered", got, s.sends)
 	}
 }
