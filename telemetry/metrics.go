@@ -38,6 +38,8 @@ type Metrics struct {
 	lateness    metric.Float64Histogram
 	delivery    metric.Float64Histogram
 	sendLatency metric.Float64Histogram
+	// vapidRejected counts 401/403 per app (vapid.go).
+	vapidRejected metric.Int64Counter
 }
 
 var _ deliver.Hooks = (*Metrics)(nil)
@@ -75,6 +77,9 @@ func NewMetrics(ctx context.Context) (*Metrics, error) {
 		if err != nil {
 			return nil, fmt.Errorf("metric instrument: %w", err)
 		}
+	}
+	if err := m.vapidInstruments(meter); err != nil {
+		return nil, fmt.Errorf("metric instrument: %w", err)
 	}
 	return m, nil
 }

@@ -38,6 +38,8 @@ const (
 	ReasonInvalidEvent    Reason = "invalid_event"
 	ReasonEndpointBlocked Reason = "endpoint_blocked"
 	ReasonBadSignature    Reason = "bad_signature"
+	ReasonUnknownApp      Reason = "unknown_app"
+	ReasonVAPIDRejected   Reason = "vapid_rejected"
 	ReasonDelivered       Reason = "delivered"
 	ReasonGone            Reason = "gone"
 )

@@ -11,12 +11,14 @@ import (
 
 // OutcomeRecord is the JSON value of a push.outcomes record.
 type OutcomeRecord struct {
-	ID           string `json:"id"`
-	Outcome      string `json:"outcome"`
-	Reason       string `json:"reason"`
-	Status       int    `json:"status"`
-	Attempts     int    `json:"attempts"`
-	Tier         string `json:"tier,omitempty"`
+	ID       string `json:"id"`
+	Outcome  string `json:"outcome"`
+	Reason   string `json:"reason"`
+	Status   int    `json:"status"`
+	Attempts int    `json:"attempts"`
+	Tier     string `json:"tier,omitempty"`
+	// App is the event's app (its VAPID identity); "" for the default.
+	App          string `json:"app,omitempty"`
 	EndpointHash string `json:"endpoint_hash,omitempty"`
 	LatencyMS    int64  `json:"latency_ms"`
 	FirstSeen    int64  `json:"first_seen"`
@@ -48,6 +50,10 @@ func (o *OutcomeRecord) AppendJSON(b []byte) []byte {
 	if o.Tier != "" {
 		b = append(b, `,"tier":`...)
 		b = appendJSONString(b, o.Tier)
+	}
+	if o.App != "" {
+		b = append(b, `,"app":`...)
+		b = appendJSONString(b, o.App)
 	}
 	if o.EndpointHash != "" {
 		b = append(b, `,"endpoint_hash":`...)

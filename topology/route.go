@@ -63,6 +63,8 @@ func Decide(p *tiers.Policy, in Input) Decision {
 		return Decision{Action: ActionDone, Outcome: OutcomeGone, Reason: ReasonGone}
 	case push.Rejected:
 		return Decision{Action: ActionDeadLetter, Outcome: OutcomeDead, Reason: ReasonRejected}
+	case push.VAPIDRejected:
+		return Decision{Action: ActionDeadLetter, Outcome: OutcomeDead, Reason: ReasonVAPIDRejected}
 	case push.TooLarge:
 		return Decision{Action: ActionDeadLetter, Outcome: OutcomeDead, Reason: ReasonPayloadTooLarge}
 	case push.Blocked:

@@ -28,6 +28,7 @@ func TestDecide(t *testing.T) {
 		delivered   = Decision{Action: ActionDone, Outcome: OutcomeDelivered, Reason: ReasonDelivered}
 		gone        = Decision{Action: ActionDone, Outcome: OutcomeGone, Reason: ReasonGone}
 		rejected    = Decision{Action: ActionDeadLetter, Outcome: OutcomeDead, Reason: ReasonRejected}
+		vapid       = Decision{Action: ActionDeadLetter, Outcome: OutcomeDead, Reason: ReasonVAPIDRejected}
 		tooLarge    = Decision{Action: ActionDeadLetter, Outcome: OutcomeDead, Reason: ReasonPayloadTooLarge}
 		blocked     = Decision{Action: ActionDeadLetter, Outcome: OutcomeDead, Reason: ReasonEndpointBlocked}
 		maxAttempts = Decision{Action: ActionDeadLetter, Outcome: OutcomeDead, Reason: ReasonMaxAttempts}
@@ -61,8 +62,12 @@ func TestDecide(t *testing.T) {
 		{"gone 404 tier3", input{tiers.Tier3, 3, time.Hour, 0, push.Result{Class: push.Gone, Status: 404}}, gone},
 		{"gone from a tombstone, no send", input{tiers.Tier2, 0, none, 0, push.Result{Class: push.Gone}}, gone},
 		{"rejected 400", input{tiers.Tier1, 1, none, 0, push.Result{Class: push.Rejected, Status: 400}}, rejected},
-		{"rejected 403 below max attempts", input{tiers.Tier3, 2, time.Hour, 0, push.Result{Class: push.Rejected, Status: 403}}, rejected},
-		{"rejected at max attempts", input{tiers.Tier1, 5, none, 0, push.Result{Class: push.Rejected, Status: 401}}, rejected},
+		{"rejected 400 below max attempts", input{tiers.Tier3, 2, time.Hour, 0, push.Result{Class: push.Rejected, Status: 400}}, rejected},
+		{"rejected at max attempts", input{tiers.Tier1, 5, none, 0, push.Result{Class: push.Rejected, Status: 405}}, rejected},
+		{"vapid rejected 403", input{tiers.Tier1, 1, none, 0, push.Result{Class: push.VAPIDRejected, Status: 403}}, vapid},
+		{"vapid rejected 401 on a retry", input{tiers.Tier2, 3, time.Hour, 0, push.Result{Class: push.VAPIDRejected, Status: 401}}, vapid},
+		{"vapid rejected after the deadline", input{tiers.Tier3, 1, -s, 0, push.Result{Class: push.VAPIDRejected, Status: 403}}, vapid},
+		{"vapid rejected at max attempts", input{tiers.Tier1, 5, none, 0, push.Result{Class: push.VAPIDRejected, Status: 403}}, vapid},
 		{"too large 413", input{tiers.Tier2, 1, none, 0, push.Result{Class: push.TooLarge, Status: 413}}, tooLarge},
 		{"blocked at dial", input{tiers.Tier1, 1, none, 0, push.Result{Class: push.Blocked}}, blocked},
 		{"blocked with Retry-After ignored", input{tiers.Tier1, 1, none, 0, push.Result{Class: push.Blocked, RetryAfter: time.Minute}}, blocked},
@@ -213,7 +218,7 @@ func TestDecideInvariants(t *testing.T) {
 	now := t0
 	offsets := []time.Duration{0, -time.Second, time.Millisecond, time.Second, 2 * time.Second, 7 * time.Second,
 		8 * time.Second, 30 * time.Second, time.Minute, 61 * time.Second, 10 * time.Minute, 24 * time.Hour}
-	classes := []push.Class{push.Delivered, push.Gone, push.Retryable, push.Rejected, push.TooLarge, push.Deferred, push.Blocked}
+	classes := []push.Class{push.Delivered, push.Gone, push.Retryable, push.Rejected, push.TooLarge, push.Deferred, push.Blocked, push.VAPIDRejected}
 	for _, tier := range tiers.All {
 		l := p.Ladder(tier)
 		for attempt := 0; attempt <= l.MaxAttempts+1; attempt++ {

@@ -53,8 +53,12 @@ type Config struct {
 	VAPIDPublicKey  string
 	VAPIDPrivateKey string
 	VAPIDSubject    string
-	HMACKey         string
-	HMACKeysOld     listFlag
+	// VAPIDKeys is the --vapid-keys file: an identity per app, loaded
+	// into apps.
+	VAPIDKeys   string
+	apps        map[string]dispatch.VAPID
+	HMACKey     string
+	HMACKeysOld listFlag
 
 	AllowInsecure listFlag
 	HTTPAddr      string
@@ -118,6 +122,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.VAPIDPublicKey, "vapid-public-key", "", "VAPID public key, base64url (env VAPID_PUBLIC_KEY also read)")
 	fs.StringVar(&c.VAPIDPrivateKey, "vapid-private-key", "", "VAPID private key, base64url (env VAPID_PRIVATE_KEY also read)")
 	fs.StringVar(&c.VAPIDSubject, "vapid-subject", "", "VAPID subject: mailto:address or https URL (env VAPID_SUBJECT also read)")
+	fs.StringVar(&c.VAPIDKeys, "vapid-keys", "", "YAML file mapping app names to public_key, private_key and subject: the event's app picks its identity; the --vapid-* flags stay the default one, for events without app (optional with this file)")
 	fs.StringVar(&c.HMACKey, "hmac-key", "", "key signing retry records (push-sig), at least 32 bytes; required outside --dev")
 	fs.Var(&c.HMACKeysOld, "hmac-key-old", "older keys still accepted on retry records (rotation); repeatable")
 	fs.Var(&c.AllowInsecure, "allow-insecure-endpoint", "host:port that may be reached over http or on a private address (tests, the simulator); repeatable")
@@ -242,7 +247,9 @@ func (c *Config) Validate() error {
 		// broker of its own and look healthy.
 		errs = append(errs, errors.New("--brokers: required (or --embedded, --embedded-addr or --dev for the embedded broker)"))
 	}
-	if !c.Dev || c.VAPIDPrivateKey != "" {
+	// The default identity may be left out when --vapid-keys names apps;
+	// then an event without app ends unknown_app.
+	if (!c.Dev || c.VAPIDPrivateKey != "") && (c.hasDefaultVAPID() || len(c.apps) == 0) {
 		if err := dispatch.ValidateVAPID(c.vapid()); err != nil {
 			errs = append(errs, err)
 		}
@@ -332,9 +339,12 @@ func validateInstanceID(id string) error {
 	return nil
 }
 
+// vapid is the default identity; zero when none is given.
 func (c *Config) vapid() dispatch.VAPID {
 	return dispatch.VAPID{PublicKey: c.VAPIDPublicKey, PrivateKey: c.VAPIDPrivateKey, Subject: c.VAPIDSubject}
 }
+
+func (c *Config) hasDefaultVAPID() bool { return c.vapid() != (dispatch.VAPID{}) }
 
 // hmacKeys decodes --hmac-key (base64, or raw text of at least 32 bytes) and
 // the older keys.

@@ -154,6 +154,13 @@ func renderStatus(s deliver.Snapshot, held map[string]int, lanes []pacing.LaneSt
 	for _, r := range deliver.SortedKeys(s.DLQ) {
 		fmt.Fprintf(&b, "  %-32s %12d\n", r, s.DLQ[r])
 	}
+	if showApps(s.Apps) {
+		fmt.Fprintf(&b, "\n  %-32s %12s %10s %12s\n", "app (VAPID identity)", "sends", "delivered", "key refused")
+		for _, a := range deliver.SortedKeys(s.Apps) {
+			st := s.Apps[a]
+			fmt.Fprintf(&b, "  %-32s %12d %10d %12d\n", a, st.Sends, st.Delivered, st.VAPIDRejected)
+		}
+	}
 	fmt.Fprintf(&b, "\n  %-24s %9s %9s %8s %8s %7s %10s\n", "push service", "sends", "429 rate", "errors", "deferred", "limit", "breaker")
 	for _, o := range deliver.SortedKeys(s.Origins) {
 		st := s.Origins[o]
@@ -169,4 +176,18 @@ func renderStatus(s deliver.Snapshot, held map[string]int, lanes []pacing.LaneSt
 		fmt.Fprintf(&b, "  %-24s %9d %8.1f%% %8d %8d %7d %10s\n", host, st.Sends, rate, st.Errors, st.Deferred, l.Limit, l.Breaker)
 	}
 	return b.String()
+}
+
+// showApps reports whether the apps section is worth its lines: more than
+// one identity sends, or a push service refused a key.
+func showApps(apps map[string]deliver.AppStats) bool {
+	if len(apps) > 1 {
+		return true
+	}
+	for _, a := range apps {
+		if a.VAPIDRejected > 0 {
+			return true
+		}
+	}
+	return false
 }

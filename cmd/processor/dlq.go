@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tierpush/tierpush/internal/dlq"
+	"github.com/tierpush/tierpush/internal/event"
 	"github.com/tierpush/tierpush/tiers"
 )
 
@@ -40,15 +41,16 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // filterFlags are the selection flags list and redrive share.
 type filterFlags struct {
-	reasons, statuses, tiers, origins listFlag
-	since, until                      string
+	reasons, statuses, tiers, origins, apps listFlag
+	since, until                            string
 }
 
 func (f *filterFlags) register(fs *flag.FlagSet) {
-	fs.Var(&f.reasons, "reason", "only this push-reason (max_attempts, ttl_expired, rejected, payload_too_large, invalid_event, endpoint_blocked, bad_signature); repeatable")
+	fs.Var(&f.reasons, "reason", "only this push-reason (max_attempts, ttl_expired, rejected, payload_too_large, invalid_event, endpoint_blocked, bad_signature, unknown_app, vapid_rejected); repeatable")
 	fs.Var(&f.statuses, "status", "only this last HTTP status (0: none); repeatable")
 	fs.Var(&f.tiers, "tier", "only this tier (tier1, tier2, tier3; retry topics count as their tier); repeatable")
 	fs.Var(&f.origins, "origin", "only this push service, https://fcm.googleapis.com or a bare host; repeatable")
+	fs.Var(&f.apps, "app", "only events of this app (default: those of the default identity); repeatable")
 	fs.StringVar(&f.since, "since", "", "only records dead-lettered at or after this time: RFC 3339, or a duration ago (24h)")
 	fs.StringVar(&f.until, "until", "", "only records dead-lettered before this time: RFC 3339, or a duration ago")
 }
@@ -76,6 +78,11 @@ func (f *filterFlags) filter(now time.Time) (dlq.Filter, error) {
 		o, err := dlq.ParseServiceOrigin(s)
 		errs = append(errs, flagErr("origin", err))
 		out.Origins = append(out.Origins, o)
+	}
+	for _, s := range f.apps {
+		a, err := dlq.ParseApp(s)
+		errs = append(errs, flagErr("app", err))
+		out.Apps = append(out.Apps, a)
 	}
 	var err error
 	if f.since != "" {
@@ -205,14 +212,14 @@ func newDLQTable(w io.Writer) *dlqTable {
 
 func (t *dlqTable) write(r *dlq.Record) error {
 	if t.rows == 0 {
-		fmt.Fprintln(t.tw, "ID\tTIER\tREASON\tSTATUS\tATTEMPTS\tREDRIVES\tORIGIN\tDEAD-LETTERED\tERROR")
+		fmt.Fprintln(t.tw, "ID\tTIER\tAPP\tREASON\tSTATUS\tATTEMPTS\tREDRIVES\tORIGIN\tDEAD-LETTERED\tERROR")
 	}
 	tier := "-"
 	if r.Tier.Valid() {
 		tier = r.Tier.String()
 	}
-	_, err := fmt.Fprintf(t.tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n",
-		tableCell(r.EventID, 40), tier, tableCell(string(r.Meta.Reason), 24), r.Meta.Status, r.Meta.Attempt,
+	_, err := fmt.Fprintf(t.tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n",
+		tableCell(r.EventID, 40), tier, tableCell(event.AppName(r.App), 32), tableCell(string(r.Meta.Reason), 24), r.Meta.Status, r.Meta.Attempt,
 		r.Meta.RedriveCount, tableCell(dlq.OriginHost(r.Origin), 48), r.At.UTC().Format(time.RFC3339), tableCell(r.Meta.Error, 80))
 	// Flush now and then: column widths may shift, memory stays bounded.
 	if t.rows++; t.rows%1000 == 0 && err == nil {
@@ -256,6 +263,7 @@ type listLine struct {
 	DLQ            string    `json:"dlq"` // topic/partition/offset of the DLQ record
 	ID             string    `json:"id"`
 	Tier           string    `json:"tier,omitempty"`
+	App            string    `json:"app,omitempty"` // the event's app; none for the default identity
 	Reason         string    `json:"reason"`
 	Status         int       `json:"status"`
 	Attempts       int       `json:"attempts"`
@@ -270,7 +278,7 @@ type listLine struct {
 func (j jsonLines) write(r *dlq.Record) error {
 	l := listLine{
 		DLQ: dlq.Source{Topic: r.Raw.Topic, Partition: r.Raw.Partition, Offset: r.Raw.Offset}.String(),
-		ID:  r.EventID, Reason: string(r.Meta.Reason), Status: r.Meta.Status, Attempts: r.Meta.Attempt,
+		ID:  r.EventID, App: r.App, Reason: string(r.Meta.Reason), Status: r.Meta.Status, Attempts: r.Meta.Attempt,
 		RedriveCount: r.Meta.RedriveCount, Origin: r.Origin, Source: r.Source.String(),
 		DeadLetteredAt: r.At.UTC(), Error: r.Meta.Error,
 	}

@@ -58,6 +58,7 @@ type deadEvent struct {
 	status   int
 	redrives int
 	at       time.Time
+	app      string // the event's app; "" for none
 }
 
 // secretPath is in every fixture endpoint: it must never be printed.
@@ -68,14 +69,18 @@ func (d deadEvent) record(sub pushsim.Subscription) *kgo.Record {
 	m := topology.Meta{Attempt: 5, FirstSeen: d.at.Add(-time.Minute), Origin: d.source, Status: d.status,
 		Reason: d.reason, Error: "push service said no", RedriveCount: d.redrives}
 	hs := append(m.Headers(nil), kgo.RecordHeader{Key: topology.HeaderTraceparent, Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")})
-	return &kgo.Record{Topic: "push.dlq", Key: []byte(d.id), Value: testenv.Event(d.id, sub, "SECRET-PAYLOAD", nil), Headers: hs, Timestamp: d.at}
+	var extra map[string]any
+	if d.app != "" {
+		extra = map[string]any{"app": d.app}
+	}
+	return &kgo.Record{Topic: "push.dlq", Key: []byte(d.id), Value: testenv.Event(d.id, sub, "SECRET-PAYLOAD", extra), Headers: hs, Timestamp: d.at}
 }
 
 var dlqFixture = []deadEvent{
 	{id: "a-503", host: "fcm.googleapis.com", source: "push.tier1.retry-60s/0/1", reason: topology.ReasonMaxAttempts, status: 503, at: dlqT0},
-	{id: "b-429", host: "fcm.googleapis.com", source: "push.tier2/1/2", reason: topology.ReasonMaxAttempts, status: 429, at: dlqT0.Add(time.Hour)},
+	{id: "b-429", host: "fcm.googleapis.com", source: "push.tier2/1/2", reason: topology.ReasonMaxAttempts, status: 429, at: dlqT0.Add(time.Hour), app: "shop"},
 	{id: "c-400", host: "updates.push.services.mozilla.com", source: "push.tier1/2/3", reason: topology.ReasonRejected, status: 400, at: dlqT0.Add(2 * time.Hour)},
-	{id: "d-ttl", host: "web.push.apple.com", source: "push.tier3.retry-8s/3/4", reason: topology.ReasonTTLExpired, status: 503, at: dlqT0.Add(3 * time.Hour)},
+	{id: "d-ttl", host: "web.push.apple.com", source: "push.tier3.retry-8s/3/4", reason: topology.ReasonTTLExpired, status: 503, at: dlqT0.Add(3 * time.Hour), app: "news"},
 	{id: "e-sig", host: "fcm.googleapis.com", source: "push.tier1.retry-2s/0/5", reason: topology.ReasonBadSignature, at: dlqT0.Add(4 * time.Hour)},
 	{id: "f-loop", host: "fcm.googleapis.com", source: "push.tier2/0/6", reason: topology.ReasonMaxAttempts, status: 503, redrives: 3, at: dlqT0.Add(5 * time.Hour)},
 	{id: "\x1b[31mhostile", host: "fcm.googleapis.com", source: "push.tier3/0/7", reason: topology.ReasonInvalidEvent, at: dlqT0.Add(6 * time.Hour)},
@@ -126,6 +131,10 @@ func TestDLQListFilters(t *testing.T) {
 		{"time range", []string{"--since", "2026-11-21T13:00:00Z", "--until", "2026-11-21T15:00:00Z"}, []string{"b-429", "c-400"}},
 		{"since a duration ago", []string{"--since", "876000h", "--reason", "rejected"}, []string{"c-400"}},
 		{"combined", []string{"--reason", "max_attempts", "--status", "503", "--tier", "tier1", "--origin", "fcm.googleapis.com"}, []string{"a-503"}},
+		{"app", []string{"--app", "shop"}, []string{"b-429"}},
+		{"apps comma", []string{"--app", "shop,news"}, []string{"b-429", "d-ttl"}},
+		{"default app", []string{"--app", "default"}, []string{"a-503", "c-400", "e-sig", "f-loop", "\x1b[31mhostile"}},
+		{"app nobody has", []string{"--app", "blog"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -156,7 +165,7 @@ func TestDLQListJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
 		t.Fatalf("%q: %v", stdout, err)
 	}
-	want := listLine{DLQ: got.DLQ, ID: "b-429", Tier: "tier2", Reason: "max_attempts", Status: 429, Attempts: 5,
+	want := listLine{DLQ: got.DLQ, ID: "b-429", Tier: "tier2", App: "shop", Reason: "max_attempts", Status: 429, Attempts: 5,
 		Origin: "https://fcm.googleapis.com", Source: "push.tier2/1/2", DeadLetteredAt: dlqT0.Add(time.Hour),
 		FirstSeen: dlqT0.Add(time.Hour - time.Minute), Error: "push service said no"}
 	if got != want {
@@ -191,7 +200,7 @@ func TestDLQListTable(t *testing.T) {
 		t.Errorf("a terminal escape from a record reached the table:\n%q", stdout)
 	}
 	lines := strings.Split(stdout, "\n")
-	if h := strings.Fields(lines[0]); !slices.Equal(h, []string{"ID", "TIER", "REASON", "STATUS", "ATTEMPTS", "REDRIVES", "ORIGIN", "DEAD-LETTERED", "ERROR"}) {
+	if h := strings.Fields(lines[0]); !slices.Equal(h, []string{"ID", "TIER", "APP", "REASON", "STATUS", "ATTEMPTS", "REDRIVES", "ORIGIN", "DEAD-LETTERED", "ERROR"}) {
 		t.Errorf("header %q", lines[0])
 	}
 	var row []string
@@ -200,7 +209,7 @@ func TestDLQListTable(t *testing.T) {
 			row = strings.Fields(l)
 		}
 	}
-	if want := []string{"c-400", "tier1", "rejected", "400", "5", "0", "updates.push.services.mozilla.com", "2026-11-21T14:00:00Z", "push", "service", "said", "no"}; !slices.Equal(row, want) {
+	if want := []string{"c-400", "tier1", "default", "rejected", "400", "5", "0", "updates.push.services.mozilla.com", "2026-11-21T14:00:00Z", "push", "service", "said", "no"}; !slices.Equal(row, want) {
 		t.Errorf("row %q, want %q", row, want)
 	}
 	if !strings.Contains(stdout, "\n7 matching records; count by reason:\n") {
@@ -282,6 +291,8 @@ func TestDLQBadFlags(t *testing.T) {
 		{"bad status", nil, []string{"dlq", "list", "--status", "5xx"}, "--status"},
 		{"bad tier", nil, []string{"dlq", "list", "--tier", "tier9"}, "--tier"},
 		{"bad origin", nil, []string{"dlq", "list", "--origin", "ftp://fcm.googleapis.com"}, "--origin"},
+		{"bad app", nil, []string{"dlq", "list", "--app", "shop/eu"}, "--app"},
+		{"redrive bad app", nil, []string{"dlq", "redrive", "--app", "shop eu"}, "--app"},
 		{"bad since", nil, []string{"dlq", "list", "--since", "yesterday"}, "--since"},
 		{"until before since", nil, []string{"dlq", "list", "--since", "1h", "--until", "2h"}, "--until"},
 		{"bad format", nil, []string{"dlq", "list", "--format", "xml"}, "--format"},

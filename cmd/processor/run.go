@@ -90,9 +90,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	hc := dispatch.NewHTTPClient(dispatch.HTTPConfig{DialContext: guard.DialContext(dialer), SendTimeout: cfg.SendTimeout})
 	defer hc.CloseIdleConnections()
-	sender, err := dispatch.New(dispatch.Config{VAPID: cfg.vapid(), Timeout: cfg.SendTimeout}, hc)
+	sender, err := dispatch.New(dispatch.Config{VAPID: cfg.vapid(), Apps: cfg.apps, Timeout: cfg.SendTimeout}, hc)
 	if err != nil {
 		return usageError(err)
+	}
+	if len(cfg.apps) > 0 {
+		log.Info("vapid identities", "default", cfg.hasDefaultVAPID(), "apps", appNames(cfg.apps))
 	}
 	keys, err := cfg.hmacKeys()
 	if err != nil {

@@ -87,6 +87,13 @@ func (c *Config) loadSecretFiles() error {
 		}
 		c.HMACKeysOld = append(c.HMACKeysOld, k)
 	}
+	if c.VAPIDKeys != "" {
+		apps, err := loadVAPIDKeys(c.VAPIDKeys)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.apps = apps
+	}
 	if err := c.Kafka.load(); err != nil {
 		errs = append(errs, err)
 	}

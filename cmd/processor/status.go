@@ -116,6 +116,14 @@ func renderProcessorStatus(mfs map[string]*dto.MetricFamily) string {
 	for _, t := range sortedKeys(due) {
 		fmt.Fprintf(&b, "%-40s %10.0f %14.0f\n", t, due[t], notDue[t])
 	}
+	// Apps whose key a push service refused (401/403) since the start: a
+	// subscription made with another key, or a key rotated too early.
+	if rejected := series(mfs, "tierpush_vapid_rejected_total", "app"); len(rejected) > 0 {
+		fmt.Fprintf(&b, "\n%-40s %14s\n", "app (VAPID identity)", "key refused")
+		for _, a := range sortedKeys(rejected) {
+			fmt.Fprintf(&b, "%-40s %14.0f\n", a, rejected[a])
+		}
+	}
 	return b.String()
 }
 

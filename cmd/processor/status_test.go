@@ -6,7 +6,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tierpush/tierpush/internal/deliver"
 	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/telemetry"
 )
@@ -31,6 +33,9 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.VAPIDRejected("shop")
+	m.VAPIDRejected("shop")
+	m.VAPIDRejected("default")
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	var out bytes.Buffer
@@ -43,6 +48,9 @@ func TestStatus(t *testing.T) {
 		"https://web.push.apple.com                     9     25.0%       open         0",
 		"push.tier1.retry-60s                             20            280",
 		"push.tier1                                        7              0",
+		"app (VAPID identity)                        key refused",
+		"default                                               1",
+		"shop                                                  2",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status output lacks %q:\n%s", want, &out)
@@ -50,5 +58,21 @@ func TestStatus(t *testing.T) {
 	}
 	if err := runStatus(context.Background(), []string{"--http-addr", "127.0.0.1:1"}, &out, &out); err == nil {
 		t.Error("status against nothing listening succeeded")
+	}
+}
+
+// TestDevStatusApps: the --dev table shows the apps section once more than
+// the default identity sends, or a key was refused.
+func TestDevStatusApps(t *testing.T) {
+	one := deliver.Snapshot{Apps: map[string]deliver.AppStats{"default": {Sends: 10, Delivered: 10}}}
+	if out := renderStatus(one, nil, nil, time.Minute); strings.Contains(out, "app (VAPID identity)") {
+		t.Errorf("apps section for the default identity alone:\n%s", out)
+	}
+	two := deliver.Snapshot{Apps: map[string]deliver.AppStats{"default": {Sends: 10, Delivered: 10}, "shop": {Sends: 5, Delivered: 3, VAPIDRejected: 2}}}
+	out := renderStatus(two, nil, nil, time.Minute)
+	for _, want := range []string{"app (VAPID identity)", "default                                    10         10            0", "shop                                        5          3            2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
 	}
 }

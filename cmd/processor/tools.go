@@ -17,6 +17,7 @@ import (
 
 	"github.com/tierpush/tierpush/internal/admin"
 	"github.com/tierpush/tierpush/internal/broker"
+	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/event"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/tiers"
@@ -93,10 +94,12 @@ func runBroker(ctx context.Context, args []string, _, stderr io.Writer) error {
 	return nil
 }
 
-// runVAPID is `processor vapid`: a new key pair as env lines.
+// runVAPID is `processor vapid`: a new key pair as env lines, or with
+// --app as an entry of the --vapid-keys file.
 func runVAPID(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("processor vapid", stderr)
 	subject := fs.String("subject", "mailto:ops@example.com", "VAPID subject to print alongside")
+	app := fs.String("app", "", "print the pair as this app's entry of a --vapid-keys file instead of env lines")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -104,7 +107,15 @@ func runVAPID(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("generate vapid keys: %w", err)
 	}
-	fmt.Fprintf(stdout, "VAPID_PUBLIC_KEY=%s\nVAPID_PRIVATE_KEY=%s\nVAPID_SUBJECT=%s\n", pub, priv, *subject)
+	if *app == "" {
+		fmt.Fprintf(stdout, "VAPID_PUBLIC_KEY=%s\nVAPID_PRIVATE_KEY=%s\nVAPID_SUBJECT=%s\n", pub, priv, *subject)
+		return nil
+	}
+	v := dispatch.VAPID{PublicKey: pub, PrivateKey: priv, Subject: *subject}
+	if err := dispatch.ValidateApp(*app, v); err != nil {
+		return usageError(fmt.Errorf("--app/--subject: %w", err))
+	}
+	fmt.Fprintf(stdout, "%s:\n  public_key: %s\n  private_key: %s\n  subject: %q\n", *app, pub, priv, *subject)
 	return nil
 }
 
@@ -124,6 +135,7 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ttl := fs.Int("ttl", 3600, "TTL in seconds")
 	urgency := fs.String("urgency", "", "very-low, low, normal or high")
 	topic := fs.String("topic", "", "RFC 8030 topic (collapse key)")
+	app := fs.String("app", "", "the app whose VAPID identity signs it (--vapid-keys of the processor); default: the default identity")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the broker to take the event")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -134,6 +146,14 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	t, err := tiers.Parse(*tier)
 	if err != nil {
 		return usageError(fmt.Errorf("--tier: %w", err))
+	}
+	if *app != "" {
+		if *file != "" {
+			return usageError(errors.New(`--app: give "app" in the --file event instead`))
+		}
+		if err := event.CheckApp(*app); err != nil {
+			return usageError(fmt.Errorf("--app: %w", err))
+		}
 	}
 	var value []byte
 	switch {
@@ -156,6 +176,9 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		if *topic != "" {
 			e["topic"] = *topic
+		}
+		if *app != "" {
+			e["app"] = *app
 		}
 		value, err = json.Marshal(e)
 	}

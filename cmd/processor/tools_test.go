@@ -37,12 +37,12 @@ func TestSend(t *testing.T) {
 		{
 			name: "from flags",
 			args: []string{"--tier", "tier2", "--id", "evt-flags", "--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", sub.Auth,
-				"--payload", "Sale ends tonight", "--ttl", "600", "--urgency", "high", "--topic", "sale-42"},
+				"--payload", "Sale ends tonight", "--ttl", "600", "--urgency", "high", "--topic", "sale-42", "--app", "shop-2027"},
 			topic:  "push.tier2",
 			wantID: "evt-flags",
 			check: func(t *testing.T, e *event.Event) {
-				if string(e.Payload) != "Sale ends tonight" || e.TTL != 600*time.Second || e.Urgency != "high" || e.Topic != "sale-42" || e.Endpoint != sub.Endpoint {
-					t.Errorf("event %q ttl %v urgency %q topic %q", e.Payload, e.TTL, e.Urgency, e.Topic)
+				if string(e.Payload) != "Sale ends tonight" || e.TTL != 600*time.Second || e.Urgency != "high" || e.Topic != "sale-42" || e.Endpoint != sub.Endpoint || e.App != "shop-2027" {
+					t.Errorf("event %q ttl %v urgency %q topic %q app %q", e.Payload, e.TTL, e.Urgency, e.Topic, e.App)
 				}
 			},
 		},
@@ -112,6 +112,8 @@ func TestSendRefusesBadEvents(t *testing.T) {
 		{"file without keys", []string{"--file", bad}, "subscription.keys"},
 		{"missing file", []string{"--file", filepath.Join(t.TempDir(), "none.json")}, "--file"},
 		{"bad tier", []string{"--tier", "tier0"}, "--tier"},
+		{"bad app", []string{"--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", sub.Auth, "--app", "shop/eu"}, "--app"},
+		{"app beside a file", []string{"--file", bad, "--app", "shop"}, "--app"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -167,6 +169,19 @@ func TestVAPID(t *testing.T) {
 	_, again, _ := runTool(t, "", nil, "vapid")
 	if strings.Contains(again, env["VAPID_PRIVATE_KEY"]) {
 		t.Error("vapid printed the same private key twice")
+	}
+
+	// --app: an entry of the keys file, which the processor reads back.
+	code, entry, stderr := runTool(t, "", nil, "vapid", "--app", "shop-2027", "--subject", "mailto:push@shop.example")
+	if code != 0 {
+		t.Fatalf("vapid --app: exit %d; stderr:\n%s", code, stderr)
+	}
+	apps, err := parseVAPIDKeys([]byte(entry))
+	if err != nil || len(apps) != 1 || apps["shop-2027"].Subject != "mailto:push@shop.example" {
+		t.Fatalf("vapid --app printed %q: %v %+v", entry, err, apps)
+	}
+	if code, _, stderr := runTool(t, "", nil, "vapid", "--app", "shop", "--subject", "push@shop.example"); code != 2 || !strings.Contains(stderr, "shop.subject") {
+		t.Errorf("vapid --app with a bare address: exit %d, want 2 naming shop.subject; stderr:\n%s", code, stderr)
 	}
 }
 

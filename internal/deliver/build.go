@@ -49,14 +49,15 @@ func (h *Handler) dead(j *job, reason topology.Reason, cause string) []*kgo.Reco
 func (h *Handler) outcome(j *job, id, endpointHash string, d topology.Decision) *kgo.Record {
 	now := later(j.now, j.dec.Now)
 	var latency time.Duration
+	var app string
 	if j.ev != nil {
-		latency = now.Sub(j.ev.CreatedAt)
+		latency, app = now.Sub(j.ev.CreatedAt), j.ev.App
 	}
 	tier := j.in.Source.Tier.String()
-	j.rep.Finish = &FinishInfo{Outcome: d.Outcome, Reason: d.Reason, Tier: tier, Latency: latency}
+	j.rep.Finish = &FinishInfo{Outcome: d.Outcome, Reason: d.Reason, Tier: tier, App: j.rep.App, Latency: latency}
 	return outcomeRecord(h.cfg.Names.Outcomes(), j.in.Record, j.meta, topology.OutcomeRecord{
 		ID: id, Outcome: string(d.Outcome), Reason: string(d.Reason), Status: j.meta.Status,
-		Attempts: j.meta.Attempt, Tier: tier, EndpointHash: endpointHash,
+		Attempts: j.meta.Attempt, Tier: tier, App: app, EndpointHash: endpointHash,
 		LatencyMS: latency.Milliseconds(), FirstSeen: j.meta.FirstSeen.UnixMilli(), At: now.UnixMilli(),
 	})
 }

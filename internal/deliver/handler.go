@@ -1,6 +1,7 @@
 // Package deliver decides what one consumed record leads to: it verifies a
-// retry record's signature, decodes the event, admits it (Retry-After hop,
-// tombstone, TTL, the pacer), sends it, decides where the result goes
+// retry record's signature, decodes the event, admits it (a VAPID identity
+// for its app, Retry-After hop, tombstone, TTL, the pacer), sends it,
+// decides where the result goes
 // (topology.Decide) and builds the records to produce. Handle is that chain
 // of short steps, one record at a time, and returns the records with a
 // report; hooks, stats and spans fire from the report only once the
@@ -195,6 +196,7 @@ func (h *Handler) decode(j *job) ([]*kgo.Record, bool) {
 	// The endpoint's hash names the subscription everywhere below: hashed
 	// once.
 	j.rep.EventID, j.rep.Origin, j.rep.Sub = ev.ID, ev.Origin(), ev.EndpointHash()
+	j.rep.App = event.AppName(ev.App)
 	j.dec = topology.Input{Tier: j.in.Source.Tier, Attempt: j.meta.Attempt, NotBefore: j.meta.NotBefore, Now: j.now}
 	if ev.TTL > 0 {
 		j.dec.Deadline = ev.CreatedAt.Add(ev.TTL)
@@ -202,12 +204,18 @@ func (h *Handler) decode(j *job) ([]*kgo.Record, bool) {
 	return nil, true
 }
 
-// admit decides whether the event is sent now: not during a Retry-After
-// hop, not to a tombstoned endpoint, not past its TTL, and only with a slot
-// from the pacer. ok is false when the event ends here (out) or ctx ended
-// while it waited (rep.Abandoned).
+// admit decides whether the event is sent now: not when its app has no
+// VAPID identity, not during a Retry-After hop, not to a tombstoned
+// endpoint, not past its TTL, and only with a slot from the pacer. ok is
+// false when the event ends here (out) or ctx ended while it waited
+// (rep.Abandoned).
 func (h *Handler) admit(ctx context.Context, j *job) (out []*kgo.Record, ok bool) {
 	switch {
+	case !h.sender.Signs(j.ev.App):
+		// No key could match its subscription: sending would only earn
+		// a 403. Dead at once, whatever the attempt; the name is safe
+		// to show (event.CheckApp).
+		return h.unknownApp(j), false
 	case j.meta.NotBefore.After(j.now):
 		j.res, j.rep.Hop = push.Result{Class: push.Deferred, Status: j.meta.Status}, true
 		return nil, true
@@ -283,6 +291,17 @@ func (h *Handler) decide(j *job) []*kgo.Record {
 	}
 	if d.Reason == topology.ReasonGone {
 		h.tombstones.Add(j.rep.Sub, j.dec.Now.Add(h.cfg.TombstoneTTL))
+	}
+	return h.terminal(j, d)
+}
+
+// unknownApp ends an event whose app has no VAPID identity.
+func (h *Handler) unknownApp(j *job) []*kgo.Record {
+	d := topology.Decision{Action: topology.ActionDeadLetter, Outcome: topology.OutcomeDead, Reason: topology.ReasonUnknownApp}
+	j.rep.Decision = d
+	j.res.Err = fmt.Sprintf("app %q has no VAPID identity (--vapid-keys)", j.ev.App)
+	if j.ev.App == "" {
+		j.res.Err = "no app given and no default VAPID identity (--vapid-*)"
 	}
 	return h.terminal(j, d)
 }

@@ -1,6 +1,7 @@
 package deliver
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdh"
 	"crypto/rand"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,15 +23,21 @@ import (
 	"github.com/tierpush/tierpush/topology"
 )
 
-// sender answers every send with res and counts the sends.
+// sender answers every send with res and counts the sends. It signs for
+// the default identity (unless noDefault) and the apps "shop" and "news".
 type sender struct {
-	res   push.Result
-	sends int
+	res       push.Result
+	sends     int
+	noDefault bool
 }
 
 func (s *sender) Send(context.Context, *event.Event, time.Duration) push.Result {
 	s.sends++
 	return s.res
+}
+
+func (s *sender) Signs(app string) bool {
+	return app == "" && !s.noDefault || app == "shop" || app == "news"
 }
 
 var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
@@ -189,5 +197,117 @@ func TestDeadRecordDropsOversize(t *testing.T) {
 	m, err := topology.DecodeMeta(d.Headers)
 	if err != nil || m.Reason != topology.ReasonInvalidEvent || m.Error != "too big" {
 		t.Fatalf("headers %+v (%v)", m, err)
+	}
+}
+
+// An event's app picks its identity: one the sender has none for ends at
+// once as unknown_app, unsent, on a first send or a retry; a 401/403 ends
+// as vapid_rejected and is counted for its app; the outcome names the app.
+func TestHandleApps(t *testing.T) {
+	tests := []struct {
+		name     string
+		res      push.Result
+		app      any // the event's app field; nil leaves it out
+		want     []string
+		reason   topology.Reason
+		wantApp  string // the outcome's app
+		sends    int
+		rejected map[string]int64 // Stats' VAPIDRejected by app after the ack
+		errHas   string           // in push-error
+	}{
+		{"default identity", push.Result{Class: push.Delivered, Status: 201}, nil, []string{"push.outcomes"}, topology.ReasonDelivered, "", 1, nil, ""},
+		{"named default", push.Result{Class: push.Delivered, Status: 201}, "default", []string{"push.outcomes"}, topology.ReasonDelivered, "", 1, nil, ""},
+		{"known app", push.Result{Class: push.Delivered, Status: 201}, "shop", []string{"push.outcomes"}, topology.ReasonDelivered, "shop", 1, nil, ""},
+		{"unknown app", push.Result{Class: push.Delivered, Status: 201}, "blog", []string{"push.dlq", "push.outcomes"}, topology.ReasonUnknownApp, "blog", 0, nil, `app "blog" has no VAPID identity`},
+		{"bad app name", push.Result{Class: push.Delivered, Status: 201}, "blog/x", []string{"push.dlq", "push.outcomes"}, topology.ReasonInvalidEvent, "", 0, nil, "app:"},
+		{"403 for an app", push.Result{Class: push.VAPIDRejected, Status: 403, Err: "push service answered 403"}, "news", []string{"push.dlq", "push.outcomes"}, topology.ReasonVAPIDRejected, "news", 1, map[string]int64{"news": 1}, "403"},
+		{"401 for the default", push.Result{Class: push.VAPIDRejected, Status: 401, Err: "push service answered 401"}, nil, []string{"push.dlq", "push.outcomes"}, topology.ReasonVAPIDRejected, "", 1, map[string]int64{"default": 1}, "401"},
+		{"400 is no key mismatch", push.Result{Class: push.Rejected, Status: 400, Err: "push service answered 400"}, "shop", []string{"push.dlq", "push.outcomes"}, topology.ReasonRejected, "shop", 1, nil, "400"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, s, _ := newHandler(t, tt.res)
+			var stats Stats
+			h.hooks = &stats
+			extra := map[string]any{}
+			if tt.app != nil {
+				extra["app"] = tt.app
+			}
+			d := h.Handle(context.Background(), tierIn(eventValue("e", extra)))
+			if got := topics(d); !slices.Equal(got, tt.want) {
+				t.Fatalf("produces %v, want %v", got, tt.want)
+			}
+			if s.sends != tt.sends {
+				t.Errorf("%d sends, want %d", s.sends, tt.sends)
+			}
+			var o topology.OutcomeRecord
+			if err := json.Unmarshal(d.Records[len(d.Records)-1].Value, &o); err != nil {
+				t.Fatal(err)
+			}
+			if o.Reason != string(tt.reason) || o.App != tt.wantApp {
+				t.Errorf("outcome reason %q app %q, want %q and %q", o.Reason, o.App, tt.reason, tt.wantApp)
+			}
+			if tt.want[0] == "push.dlq" {
+				m, err := topology.DecodeMeta(d.Records[0].Headers)
+				if err != nil || m.Reason != tt.reason || !strings.Contains(m.Error, tt.errHas) {
+					t.Errorf("DLQ headers %+v (%v), want reason %q and an error holding %q", m, err, tt.reason, tt.errHas)
+				}
+			}
+			d.Acked()
+			snap := stats.Snapshot()
+			for app, a := range snap.Apps {
+				if a.VAPIDRejected != tt.rejected[app] {
+					t.Errorf("app %q counted %d VAPID refusals, want %d", app, a.VAPIDRejected, tt.rejected[app])
+				}
+			}
+			for app, n := range tt.rejected {
+				if snap.Apps[app].VAPIDRejected != n {
+					t.Errorf("app %q counted %d VAPID refusals, want %d", app, snap.Apps[app].VAPIDRejected, n)
+				}
+			}
+		})
+	}
+}
+
+// A retry record of an app whose identity was dropped meanwhile ends as
+// unknown_app, unsent, its attempts kept.
+func TestHandleRetryOfUnknownApp(t *testing.T) {
+	h, s, signer := newHandler(t, push.Result{Class: push.Delivered, Status: 201})
+	topic := "push.tier2.retry-8s"
+	v := eventValue("r", map[string]any{"app": "shop-2025"})
+	meta := topology.Meta{Attempt: 2, Due: t0, FirstSeen: t0.Add(-10 * time.Second), Origin: "push.tier2/0/7", Status: 503}
+	hs := meta.Headers(nil)
+	hs = append(hs, kgo.RecordHeader{Key: topology.HeaderSig, Value: []byte(signer.Sign(topic, hs, v, t0.Add(time.Hour)))})
+	in := In{Record: &kgo.Record{Topic: topic, Value: v, Headers: hs, Timestamp: t0},
+		Source: topology.Source{Tier: tiers.Tier2, Retry: true, Delay: 8 * time.Second}, Received: t0, Due: t0}
+	d := h.Handle(context.Background(), in)
+	if got := topics(d); !slices.Equal(got, []string{"push.dlq", "push.outcomes"}) || s.sends != 0 {
+		t.Fatalf("produces %v after %d sends, want DLQ and outcome unsent", got, s.sends)
+	}
+	if !bytes.Equal(d.Records[0].Value, v) {
+		t.Error("the DLQ record does not hold the event intact (its app with it)")
+	}
+	var o topology.OutcomeRecord
+	if err := json.Unmarshal(d.Records[1].Value, &o); err != nil || o.Reason != string(topology.ReasonUnknownApp) || o.Attempts != 2 || o.App != "shop-2025" || o.Status != 503 {
+		t.Fatalf("outcome %+v (%v), want unknown_app after 2 attempts, app shop-2025, last status 503", o, err)
+	}
+}
+
+// Without a default identity, an event without app ends unknown_app,
+// unsent, and push-error says what is missing.
+func TestHandleNoDefaultIdentity(t *testing.T) {
+	h, s, _ := newHandler(t, push.Result{Class: push.Delivered, Status: 201})
+	s.noDefault = true
+	d := h.Handle(context.Background(), tierIn(eventValue("n", nil)))
+	if got := topics(d); !slices.Equal(got, []string{"push.dlq", "push.outcomes"}) || s.sends != 0 {
+		t.Fatalf("produces %v after %d sends, want DLQ and outcome unsent", got, s.sends)
+	}
+	m, err := topology.DecodeMeta(d.Records[0].Headers)
+	if err != nil || m.Reason != topology.ReasonUnknownApp || !strings.Contains(m.Error, "no default VAPID identity") {
+		t.Errorf("DLQ headers %+v (%v), want unknown_app saying there is no default identity", m, err)
+	}
+	d = h.Handle(context.Background(), tierIn(eventValue("s", map[string]any{"app": "shop"})))
+	if got := topics(d); !slices.Equal(got, []string{"push.outcomes"}) || s.sends != 1 {
+		t.Errorf("an app's event: produces %v after %d sends, want delivered", got, s.sends)
 	}
 }

@@ -30,8 +30,11 @@ func (d *Delivery) Context() context.Context { return context.WithoutCancel(d.ct
 func (d *Delivery) Acked() {
 	r, hooks := &d.Report, d.h.hooks
 	if r.Sent {
-		hooks.Sent(SendInfo{Tier: r.Tier, Step: r.Step, Origin: r.Origin, Attempt: r.Attempt, Result: r.Result,
+		hooks.Sent(SendInfo{Tier: r.Tier, Step: r.Step, Origin: r.Origin, App: r.App, Attempt: r.Attempt, Result: r.Result,
 			Took: r.SendEnd.Sub(r.SendStart), Lateness: r.Lateness})
+	}
+	if r.Sent && r.Decision.Reason == topology.ReasonVAPIDRejected {
+		hooks.VAPIDRejected(r.App)
 	}
 	if r.Retry != nil {
 		hooks.Retried(*r.Retry)
@@ -48,11 +51,14 @@ func (d *Delivery) Acked() {
 // Report is what happened to one record, for hooks and traces. It holds
 // hashes and names, never an endpoint, key or payload.
 type Report struct {
-	Tier     tiers.Tier
-	Step     string // "first", or the retry step's topic suffix ("retry-8s")
-	EventID  string
-	Origin   string // push service origin
-	Sub      string // endpoint hash
+	Tier    tiers.Tier
+	Step    string // "first", or the retry step's topic suffix ("retry-8s")
+	EventID string
+	Origin  string // push service origin
+	Sub     string // endpoint hash
+	// App names the event's VAPID identity: its app, or event.DefaultApp.
+	// Never a key.
+	App      string
 	Received time.Time
 	// Retry records: held until Due, picked up (handled) at PickedUp.
 	Held          bool
@@ -102,6 +108,10 @@ type Hooks interface {
 	DeadLettered(topology.Reason)
 	// Finished is called when an event reaches its terminal outcome.
 	Finished(FinishInfo)
+	// VAPIDRejected is called when a push service refused the VAPID
+	// authorization of app (event.DefaultApp for the default identity):
+	// 401 or 403, most likely a subscription made with another key.
+	VAPIDRejected(app string)
 }
 
 // SendInfo describes one send.
@@ -109,6 +119,7 @@ type SendInfo struct {
 	Tier     tiers.Tier
 	Step     string // "first" or the retry step's topic suffix ("retry-8s")
 	Origin   string // push service origin, never the endpoint
+	App      string // the VAPID identity's name (event.DefaultApp for the default)
 	Attempt  int
 	Result   push.Result
 	Took     time.Duration
@@ -131,6 +142,7 @@ type FinishInfo struct {
 	Outcome topology.Outcome
 	Reason  topology.Reason
 	Tier    string
+	App     string // the event's app, or event.DefaultApp; "" when it did not decode
 	Latency time.Duration
 }
 
@@ -141,6 +153,7 @@ func (NopHooks) Sent(SendInfo)                {}
 func (NopHooks) Retried(RetryInfo)            {}
 func (NopHooks) DeadLettered(topology.Reason) {}
 func (NopHooks) Finished(FinishInfo)          {}
+func (NopHooks) VAPIDRejected(string)         {}
 
 // MultiHooks calls each of hs in turn.
 type MultiHooks []Hooks
@@ -166,6 +179,12 @@ func (m MultiHooks) DeadLettered(r topology.Reason) {
 func (m MultiHooks) Finished(f FinishInfo) {
 	for _, h := range m {
 		h.Finished(f)
+	}
+}
+
+func (m MultiHooks) VAPIDRejected(app string) {
+	for _, h := range m {
+		h.VAPIDRejected(app)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"github.com/tierpush/tierpush/internal/push"
 	"github.com/tierpush/tierpush/topology"
 )
 
@@ -26,6 +27,9 @@ type Stats struct {
 	dlq     map[topology.Reason]int64
 	retries map[string]int64                 // by retry topic
 	origins *lru.Cache[string, *OriginStats] // nil until the first send
+	// apps counts by VAPID identity; only identities that exist are sent
+	// with, so it holds at most one entry per identity.
+	apps map[string]*AppStats
 }
 
 var _ Hooks = (*Stats)(nil)
@@ -39,6 +43,13 @@ type OriginStats struct {
 	Deferred int64 // sends held back by pacing
 }
 
+// AppStats counts the sends of one VAPID identity.
+type AppStats struct {
+	Sends         int64
+	Delivered     int64
+	VAPIDRejected int64 // answered 401/403: the key does not match
+}
+
 // Snapshot is a copy of Stats at one moment.
 type Snapshot struct {
 	Delivered int64
@@ -47,11 +58,24 @@ type Snapshot struct {
 	DLQ       map[topology.Reason]int64
 	Retries   map[string]int64
 	Origins   map[string]OriginStats
+	Apps      map[string]AppStats // by app; event.DefaultApp for the default identity
 }
 
 // Skipped counts records skipped because a partition's previous owner had
 // finished them.
 func (s *Stats) Skipped(n int) { s.skipped.Add(int64(n)) }
+
+func (s *Stats) appLocked(app string) *AppStats {
+	if s.apps == nil {
+		s.apps = make(map[string]*AppStats)
+	}
+	a, ok := s.apps[app]
+	if !ok {
+		a = &AppStats{}
+		s.apps[app] = a
+	}
+	return a
+}
 
 func (s *Stats) originLocked(origin string) *OriginStats {
 	if s.origins == nil {
@@ -79,6 +103,21 @@ func (s *Stats) Sent(i SendInfo) {
 	if i.Result.Status == 429 {
 		o.Rate429s++
 	}
+	if i.App != "" {
+		a := s.appLocked(i.App)
+		a.Sends++
+		if i.Result.Class == push.Delivered {
+			a.Delivered++
+		}
+	}
+}
+
+// VAPIDRejected counts a push service's refusal of app's VAPID
+// authorization.
+func (s *Stats) VAPIDRejected(app string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.appLocked(app).VAPIDRejected++
 }
 
 // Retried counts a record routed to a retry topic.
@@ -125,6 +164,10 @@ func (s *Stats) Snapshot() Snapshot {
 		DLQ:       maps.Clone(s.dlq),
 		Retries:   maps.Clone(s.retries),
 		Origins:   make(map[string]OriginStats),
+		Apps:      make(map[string]AppStats, len(s.apps)),
+	}
+	for k, v := range s.apps {
+		out.Apps[k] = *v
 	}
 	if out.DLQ == nil {
 		out.DLQ = make(map[topology.Reason]int64)

@@ -29,6 +29,11 @@ func Classify(status int, h http.Header, err error, now time.Time) push.Result {
 		r.Class = push.Delivered
 	case status == http.StatusNotFound || status == http.StatusGone:
 		r.Class = push.Gone
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		// What a push service answers a JWT signed with another key than
+		// the subscription's (FCM 403, Mozilla 401), or none it accepts.
+		r.Class = push.VAPIDRejected
+		r.Err = "push service answered " + strconv.Itoa(status) + ": VAPID authorization refused"
 	case status == http.StatusRequestEntityTooLarge:
 		r.Class = push.TooLarge
 		r.Err = "push service answered 413: payload too large"

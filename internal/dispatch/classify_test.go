@@ -34,6 +34,7 @@ func TestClassifyStatus(t *testing.T) {
 		retryable = push.Retryable
 		rejected  = push.Rejected
 		tooLarge  = push.TooLarge
+		vapid     = push.VAPIDRejected
 	)
 	throttled := header("X-WNS-Status", "appthrottled")
 	tests := []struct {
@@ -50,8 +51,9 @@ func TestClassifyStatus(t *testing.T) {
 		{"204", 204, nil, delivered, 0, false},
 		{"201 with Retry-After ignored", 201, header("Retry-After", "30"), delivered, 0, false},
 		{"400", 400, nil, rejected, 0, true},
-		{"401", 401, nil, rejected, 0, true},
-		{"403", 403, nil, rejected, 0, true},
+		{"401", 401, nil, vapid, 0, true},
+		{"403", 403, nil, vapid, 0, true},
+		{"403 Retry-After ignored", 403, header("Retry-After", "7"), vapid, 0, true},
 		{"404", 404, nil, gone, 0, false},
 		{"410", 410, nil, gone, 0, false},
 		{"413", 413, nil, tooLarge, 0, true},

@@ -1,8 +1,9 @@
 // Package dispatch sends one notification to its push service over a
 // shared, tuned HTTP client, and classifies the answer: RFC 8291 encryption
 // with the standard library's crypto (ecdh, hkdf, AES-GCM), the same
-// message webpush-go builds, and an RFC 8292 VAPID JWT per push service
-// that is signed once and reused, not signed per send. It does not decide
+// message webpush-go builds, and an RFC 8292 VAPID JWT per app and push
+// service that is signed once and reused, not signed per send. An event's
+// app picks the VAPID identity that signs it. It does not decide
 // where a record goes next (package topology does) nor how fast to send
 // (package pacing).
 package dispatch
@@ -10,15 +11,18 @@ package dispatch
 import (
 	"bytes"
 	"context"
+	"crypto/ecdh"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/big"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,7 +38,13 @@ import (
 
 // Sender sends one notification and classifies the answer.
 type Sender interface {
+	// Send signs e with the VAPID identity of e.App, sends it with the
+	// remaining ttl and classifies the answer.
 	Send(ctx context.Context, e *event.Event, ttl time.Duration) push.Result
+	// Signs reports whether Send has a VAPID identity for app; "" is the
+	// default identity. An event whose app it has none for must not be
+	// sent: no key would match its subscription.
+	Signs(app string) bool
 }
 
 // VAPID is the application server identity (RFC 8292).
@@ -46,7 +56,13 @@ type VAPID struct {
 
 // Config tunes the sender. Zero fields take the documented defaults.
 type Config struct {
+	// VAPID is the default identity, that of events without an app (the
+	// --vapid-* flags). The zero VAPID means there is none; Apps must then
+	// hold at least one identity.
 	VAPID VAPID
+	// Apps are the identities of named apps (--vapid-keys), by the event's
+	// app.
+	Apps map[string]VAPID
 	// Timeout bounds one send, connection included. Default 10s.
 	Timeout time.Duration
 	// JWTLifetime is the exp of the VAPID JWTs minted. Default 12h; push
@@ -74,57 +90,133 @@ func (c *Config) defaults() {
 	}
 }
 
-// ValidateVAPID checks a key pair and subject, naming the flag at fault.
+// ValidateVAPID checks the default identity's key pair and subject, naming
+// the flag at fault. Its errors never hold a key.
 func ValidateVAPID(v VAPID) error {
+	return checkIdentity(v, identityFields{"--vapid-public-key", "--vapid-private-key", "--vapid-subject"}, false)
+}
+
+// ValidateApp checks the identity of app as --vapid-keys gives it: the name
+// (event.CheckApp, and not event.DefaultApp), the key pair, and a subject
+// that is a mailto: or https: URL. Errors name the app and the field
+// ("shop.private_key: …") and never hold a key.
+func ValidateApp(app string, v VAPID) error {
+	if err := event.CheckApp(app); err != nil {
+		return fmt.Errorf("app name %s: %w", quoteName(app), err)
+	}
+	if app == event.DefaultApp {
+		return fmt.Errorf("app name %q: names the default identity (--vapid-*); give the app another name", app)
+	}
+	return checkIdentity(v, identityFields{app + ".public_key", app + ".private_key", app + ".subject"}, true)
+}
+
+// identityFields name the three parts of an identity in errors.
+type identityFields struct{ public, private, subject string }
+
+func checkIdentity(v VAPID, f identityFields, strictSubject bool) error {
 	pub, err := decodeKey(v.PublicKey)
-	if err != nil || len(pub) != 65 || pub[0] != 4 {
-		return errors.New("--vapid-public-key: want a base64url uncompressed P-256 point (65 bytes)")
+	switch {
+	case v.PublicKey == "":
+		return fmt.Errorf("%s: missing; want a base64url uncompressed P-256 point (65 bytes)", f.public)
+	case err != nil:
+		return fmt.Errorf("%s: not base64url; want an uncompressed P-256 point (65 bytes)", f.public)
+	case len(pub) != 65 || pub[0] != 4:
+		return fmt.Errorf("%s: %d bytes, want a base64url uncompressed P-256 point (65 bytes, starting 0x04)", f.public, len(pub))
+	}
+	if _, err := ecdh.P256().NewPublicKey(pub); err != nil {
+		return fmt.Errorf("%s: not a point on P-256", f.public)
 	}
 	priv, err := decodeKey(v.PrivateKey)
-	if err != nil || len(priv) != 32 {
-		return errors.New("--vapid-private-key: want a base64url 32-byte P-256 private key")
+	switch {
+	case v.PrivateKey == "":
+		return fmt.Errorf("%s: missing; want a base64url 32-byte P-256 private key", f.private)
+	case err != nil:
+		return fmt.Errorf("%s: not base64url; want a 32-byte P-256 private key", f.private)
+	case len(priv) != 32:
+		return fmt.Errorf("%s: %d bytes, want a base64url 32-byte P-256 private key", f.private, len(priv))
 	}
-	k := privateKey(priv)
-	if k.X.Cmp(new(big.Int).SetBytes(pub[1:33])) != 0 || k.Y.Cmp(new(big.Int).SetBytes(pub[33:])) != 0 {
-		return errors.New("--vapid-private-key: does not match --vapid-public-key")
+	k, err := ecdh.P256().NewPrivateKey(priv)
+	if err != nil {
+		return fmt.Errorf("%s: not a valid P-256 private key", f.private)
+	}
+	if !bytes.Equal(k.PublicKey().Bytes(), pub) {
+		return fmt.Errorf("%s: does not match %s", f.private, f.public)
 	}
 	s := v.Subject
 	switch {
+	case s == "":
+		return fmt.Errorf("%s: missing; want mailto:address or an https URL", f.subject)
 	case strings.HasPrefix(s, "https://") && len(s) > len("https://"):
-	case strings.Contains(strings.TrimPrefix(s, "mailto:"), "@"):
+	case strings.HasPrefix(s, "mailto:") && strings.Contains(s[len("mailto:"):], "@"):
+	case !strictSubject && !strings.HasPrefix(s, "mailto:") && strings.Contains(s, "@"):
+		// A bare address, as the flag has always taken it.
 	default:
-		return errors.New("--vapid-subject: want mailto:address or an https URL")
+		return fmt.Errorf("%s: want mailto:address or an https URL", f.subject)
 	}
 	return nil
 }
 
+// quoteName quotes at most 64 bytes of an app name for an error.
+func quoteName(s string) string {
+	if len(s) > event.MaxAppLen {
+		return strconv.Quote(s[:event.MaxAppLen]) + "…"
+	}
+	return strconv.Quote(s)
+}
+
 // WebPush is the Web Push Sender.
 type WebPush struct {
-	cfg   Config
-	hc    *http.Client
-	vapid *vapidCache
+	cfg Config
+	hc  *http.Client
+	// ids holds one JWT cache per identity, by app ("" is the default).
+	ids map[string]*vapidCache
 }
 
 var _ Sender = (*WebPush)(nil)
 
 // New returns a WebPush sender that sends through hc, which should come from
-// NewHTTPClient. The VAPID identity must have passed ValidateVAPID.
+// NewHTTPClient. The default identity, unless zero, must pass
+// ValidateVAPID, and each of Apps ValidateApp; one identity at least must
+// exist.
 func New(cfg Config, hc *http.Client) (*WebPush, error) {
 	cfg.defaults()
-	if err := ValidateVAPID(cfg.VAPID); err != nil {
-		return nil, err
+	if cfg.VAPID != (VAPID{}) || len(cfg.Apps) == 0 {
+		if err := ValidateVAPID(cfg.VAPID); err != nil {
+			return nil, err
+		}
 	}
-	priv, _ := decodeKey(cfg.VAPID.PrivateKey)
-	vc := &vapidCache{
+	w := &WebPush{cfg: cfg, hc: hc, ids: make(map[string]*vapidCache, len(cfg.Apps)+1)}
+	if cfg.VAPID != (VAPID{}) {
+		w.ids[""] = w.newCache(cfg.VAPID)
+	}
+	for _, app := range slices.Sorted(maps.Keys(cfg.Apps)) {
+		v := cfg.Apps[app]
+		if err := ValidateApp(app, v); err != nil {
+			return nil, err
+		}
+		w.ids[app] = w.newCache(v)
+	}
+	return w, nil
+}
+
+func (w *WebPush) newCache(v VAPID) *vapidCache {
+	priv, _ := decodeKey(v.PrivateKey)
+	return &vapidCache{
 		key:      privateKey(priv),
-		pub:      strings.TrimRight(cfg.VAPID.PublicKey, "="),
-		subject:  subjectClaim(cfg.VAPID.Subject),
-		lifetime: cfg.JWTLifetime,
-		refresh:  cfg.JWTRefresh,
-		now:      cfg.Now,
+		pub:      strings.TrimRight(v.PublicKey, "="),
+		subject:  subjectClaim(v.Subject),
+		lifetime: w.cfg.JWTLifetime,
+		refresh:  w.cfg.JWTRefresh,
+		now:      w.cfg.Now,
 		byAud:    make(map[string]vapidHeader),
 	}
-	return &WebPush{cfg: cfg, hc: hc, vapid: vc}, nil
+}
+
+// Signs reports whether w has a VAPID identity for app ("" is the
+// default).
+func (w *WebPush) Signs(app string) bool {
+	_, ok := w.ids[app]
+	return ok
 }
 
 // Send encrypts and posts e with the remaining ttl, then classifies the
@@ -135,8 +227,12 @@ func (w *WebPush) Send(ctx context.Context, e *event.Event, ttl time.Duration) p
 	defer cancel()
 	req, err := w.request(ctx, e, ttl)
 	if err != nil {
-		if errors.Is(err, errPayloadTooLarge) {
+		switch {
+		case errors.Is(err, errPayloadTooLarge):
 			return push.Result{Class: push.TooLarge, Err: err.Error()}
+		case errors.Is(err, errNoIdentity):
+			// The caller asks Signs first; nothing was sent.
+			return push.Result{Class: push.Rejected, Err: err.Error()}
 		}
 		return Classify(0, nil, err, w.cfg.Now())
 	}
@@ -152,9 +248,12 @@ func (w *WebPush) Send(ctx context.Context, e *event.Event, ttl time.Duration) p
 	return Classify(resp.StatusCode, resp.Header, nil, w.cfg.Now())
 }
 
+// errNoIdentity: the event's app has no VAPID identity.
+var errNoIdentity = errors.New("no VAPID identity for the event's app")
+
 // request builds the RFC 8030 push request: the encrypted body, TTL,
-// Urgency, Topic and the cached VAPID Authorization of the endpoint's
-// origin.
+// Urgency, Topic and the cached VAPID Authorization of the event's app for
+// the endpoint's origin.
 func (w *WebPush) request(ctx context.Context, e *event.Event, ttl time.Duration) (*http.Request, error) {
 	body, err := encrypt(e.Payload, e.P256dh, e.Auth)
 	if err != nil {
@@ -179,7 +278,11 @@ func (w *WebPush) request(ctx context.Context, e *event.Event, ttl time.Duration
 	case event.UrgencyVeryLow, event.UrgencyLow, event.UrgencyNormal, event.UrgencyHigh:
 		h.Set("Urgency", e.Urgency)
 	}
-	auth, err := w.vapid.header(req.URL.Scheme + "://" + req.URL.Host)
+	id, ok := w.ids[e.App]
+	if !ok {
+		return nil, errNoIdentity
+	}
+	auth, err := id.header(req.URL.Scheme + "://" + req.URL.Host)
 	if err != nil {
 		return nil, err
 	}
@@ -194,8 +297,9 @@ func isBlocked(err error) bool {
 	return errors.As(err, &b)
 }
 
-// vapidCache holds one VAPID Authorization header per audience (push
-// service origin), re-signed every refresh: push services (Apple first) ask
+// vapidCache holds, for one identity, one VAPID Authorization header per
+// audience (push service origin), re-signed every refresh: push services
+// (Apple first) ask
 // senders not to sign a fresh JWT per send, and signing costs more CPU than
 // the encryption.
 type vapidCache struct {

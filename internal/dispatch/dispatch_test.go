@@ -543,3 +543,85 @@ func TestResponseHeaderLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestWebPushApps: each event is signed by its app's identity, the default
+// one when it has none; one JWT is cached per app and push service, and an
+// app without an identity is refused without a request.
+func TestWebPushApps(t *testing.T) {
+	srv := startSim(t)
+	other := startSim(t)
+	clk := newClock()
+	def, shop, news := newKeys(t), newKeys(t), newKeys(t)
+	hc := dispatch.NewHTTPClient(dispatch.HTTPConfig{})
+	t.Cleanup(hc.CloseIdleConnections)
+	w, err := dispatch.New(dispatch.Config{
+		VAPID: dispatch.VAPID{PublicKey: def.pub, PrivateKey: def.priv, Subject: subject},
+		Apps: map[string]dispatch.VAPID{
+			"shop": {PublicKey: shop.pub, PrivateKey: shop.priv, Subject: "mailto:push@shop.example"},
+			"news": {PublicKey: news.pub, PrivateKey: news.priv, Subject: "https://news.example"},
+		},
+		Now: clk.Now,
+	}, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(srv *pushsim.Server, app string) pushsim.Delivery {
+		t.Helper()
+		sub := srv.Subscribe()
+		extra := map[string]any{"payload": "x"}
+		if app != "" {
+			extra["app"] = app
+		}
+		if got := w.Send(context.Background(), newEvent(t, sub, extra), time.Minute); got.Class != push.Delivered {
+			t.Fatalf("Send(app %q) = %+v, want delivered", app, got)
+		}
+		d := onlyDelivery(t, srv, sub)
+		if !d.Verified {
+			t.Fatalf("app %q: delivery not verified: %+v", app, d)
+		}
+		return d
+	}
+	wantKey := map[string]string{"": def.pub, "default": def.pub, "shop": shop.pub, "news": news.pub}
+	wantSub := map[string]string{"": subject, "default": subject, "shop": "mailto:push@shop.example", "news": "https://news.example"}
+	first := make(map[string]pushsim.Delivery)
+	for _, app := range []string{"", "shop", "news", "default"} {
+		d := send(srv, app)
+		if d.VAPIDKey != wantKey[app] || d.Subject != wantSub[app] {
+			t.Errorf("app %q: signed with k=%s… sub %q, want k=%s… sub %q", app, d.VAPIDKey[:8], d.Subject, wantKey[app][:8], wantSub[app])
+		}
+		first[app] = d
+	}
+	if first["default"].JWT != first[""].JWT {
+		t.Error(`app "default" minted its own JWT, want the default identity's`)
+	}
+	if first["shop"].JWT == first["news"].JWT || first["shop"].JWT == first[""].JWT {
+		t.Error("two identities share a JWT")
+	}
+	for _, app := range []string{"", "shop", "news"} {
+		if d := send(srv, app); d.JWT != first[app].JWT {
+			t.Errorf("app %q: a second send to the same push service minted a new JWT, want one per app and audience", app)
+		}
+		if d := send(other, app); d.JWT == first[app].JWT || d.VAPIDKey != wantKey[app] {
+			t.Errorf("app %q: another push service got the same JWT or another key", app)
+		}
+	}
+	clk.Advance(61 * time.Minute)
+	for _, app := range []string{"", "shop", "news"} {
+		if d := send(srv, app); d.JWT == first[app].JWT {
+			t.Errorf("app %q: JWT reused after an hour, want it refreshed", app)
+		}
+	}
+
+	before := srv.Requests()
+	sub := srv.Subscribe()
+	if w.Signs("blog") {
+		t.Fatal(`Signs("blog") = true for an app without an identity`)
+	}
+	got := w.Send(context.Background(), newEvent(t, sub, map[string]any{"app": "blog"}), time.Minute)
+	if got.Class != push.Rejected || got.Status != 0 {
+		t.Errorf("Send(app blog) = %+v, want rejected without a status", got)
+	}
+	if n := srv.Requests(); n != before {
+		t.Errorf("an event of an app without an identity reached the push service (%d requests)", n-before)
+	}
+}

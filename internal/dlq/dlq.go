@@ -6,9 +6,10 @@
 // where it stopped.
 //
 // A dead-lettered value is a raw event: it holds an endpoint URL, keys and a
-// payload. This package reads from it only the event id and the push
-// service origin (scheme://host), and must never print, log or return
-// anything else of it except to produce it, unchanged, to a tier topic.
+// payload. This package reads from it only the event id, the push service
+// origin (scheme://host) and the app, and must never print, log or return
+// anything else of it except to produce it, unchanged (its app with it), to
+// a tier topic.
 package dlq
 
 import (
@@ -38,6 +39,8 @@ var Reasons = []topology.Reason{
 	topology.ReasonInvalidEvent,
 	topology.ReasonEndpointBlocked,
 	topology.ReasonBadSignature,
+	topology.ReasonUnknownApp,
+	topology.ReasonVAPIDRejected,
 }
 
 // Record is a dead-lettered record as the operator sees it. Everything but
@@ -65,6 +68,9 @@ type Record struct {
 	// scheme://host[:port] as the processor's pacing lanes name it, "" when
 	// the endpoint is unreadable.
 	Origin string
+	// App is the event's app, the name of its VAPID identity; "" for the
+	// default identity, and when the value holds no valid app name.
+	App string
 	// At is when the record was dead-lettered (the DLQ record's timestamp).
 	At time.Time
 
@@ -94,7 +100,7 @@ func Inspect(r *kgo.Record, names topology.Names) *Record {
 		rec.Source = Source{Topic: t, Partition: p, Offset: o}
 		rec.Tier = tierOf(t, names)
 	}
-	rec.EventID, rec.Origin = identify(r.Value, r.Timestamp)
+	rec.EventID, rec.Origin, rec.App = identify(r.Value, r.Timestamp)
 	return rec
 }
 
@@ -169,20 +175,22 @@ func tierOf(topic string, names topology.Names) tiers.Tier {
 	return t
 }
 
-// identify returns the event id and push service origin of a value, the
-// way the processor sees them, or as much of them as a refused event has.
-func identify(value []byte, at time.Time) (id, origin string) {
+// identify returns the event id, push service origin and app of a value,
+// the way the processor sees them, or as much of them as a refused event
+// has.
+func identify(value []byte, at time.Time) (id, origin, app string) {
 	if ev, err := event.Decode(value, at, event.DefaultRules()); err == nil {
-		return ev.ID, ev.Origin()
+		return ev.ID, ev.Origin(), ev.App
 	}
 	if len(value) > event.MaxEventSize {
-		return "", ""
+		return "", "", ""
 	}
 	var w struct {
 		ID           any `json:"id"`
 		Subscription struct {
 			Endpoint string `json:"endpoint"`
 		} `json:"subscription"`
+		App any `json:"app"`
 	}
 	// A refused value may be any JSON, or none: keep what decodes.
 	_ = json.Unmarshal(value, &w)
@@ -198,7 +206,10 @@ func identify(value []byte, at time.Time) (id, origin string) {
 	if u, err := url.Parse(w.Subscription.Endpoint); err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Hostname() != "" {
 		origin = originOf(u)
 	}
-	return id, origin
+	if s, ok := w.App.(string); ok && s != event.DefaultApp && event.CheckApp(s) == nil {
+		app = s
+	}
+	return id, origin, app
 }
 
 // originOf is scheme://host[:port], lower case, without the default port.
@@ -236,6 +247,9 @@ type Filter struct {
 	// "https://fcm.googleapis.com" matches that origin only, a bare host
 	// "fcm.googleapis.com" matches it over any scheme and port.
 	Origins []string
+	// Apps are app names as the event gives them (ParseApp);
+	// event.DefaultApp matches the events of the default identity.
+	Apps []string
 	// Since and Until bound when the record was dead-lettered: Since
 	// inclusive, Until exclusive. Zero is unbounded.
 	Since, Until time.Time
@@ -251,6 +265,8 @@ func (f *Filter) Match(r *Record) bool {
 	case len(f.Tiers) > 0 && !slices.Contains(f.Tiers, r.Tier):
 		return false
 	case len(f.Origins) > 0 && !f.matchOrigin(r.Origin):
+		return false
+	case len(f.Apps) > 0 && !slices.Contains(f.Apps, event.AppName(r.App)):
 		return false
 	case !f.Since.IsZero() && r.At.Before(f.Since):
 		return false
@@ -288,6 +304,18 @@ func ParseReason(s string) (topology.Reason, error) {
 		return "", fmt.Errorf("unknown reason %q (want one of %s)", s, strings.Join(names, ", "))
 	}
 	return r, nil
+}
+
+// ParseApp checks s is an app name (event.CheckApp); event.DefaultApp
+// names the default identity.
+func ParseApp(s string) (string, error) {
+	if err := event.CheckApp(s); err != nil {
+		if len(s) > event.MaxAppLen {
+			s = s[:event.MaxAppLen] + "…"
+		}
+		return "", fmt.Errorf("app %q: %w", s, err)
+	}
+	return s, nil
 }
 
 // ParseStatus reads an HTTP status: 100 to 599, or 0 for "no status".

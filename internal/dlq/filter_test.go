@@ -26,17 +26,22 @@ type dead struct {
 	attempt      int
 	redrives     int
 	at           time.Time
+	app          any // the event's app field; nil leaves it out
 }
 
 func (d dead) record() *kgo.Record {
-	v, err := json.Marshal(map[string]any{
+	ev := map[string]any{
 		"id": d.id,
 		"subscription": map[string]any{"endpoint": d.endpoint, "keys": map[string]string{
 			"p256dh": "BNcRdreALRFXTkOOUHK1EtK2wtaz5Ry4YfYCA_0QTpQtUbVlUls0VJXg7A8u-Ts1XbjhazAkj7I99e8QcYP7DkM",
 			"auth":   "tBHItJI5svbpez7KI4CCXg",
 		}},
 		"payload": "hello",
-	})
+	}
+	if d.app != nil {
+		ev["app"] = d.app
+	}
+	v, err := json.Marshal(ev)
 	if err != nil {
 		panic(err)
 	}
@@ -55,8 +60,43 @@ func TestInspect(t *testing.T) {
 		wantOrigin string
 		wantTier   tiers.Tier
 		wantSource string
+		wantApp    string
 		wantErr    bool
 	}{
+		{
+			name:       "an app's event",
+			rec:        dead{id: "s", endpoint: "https://fcm.googleapis.com/fcm/send/x", source: "push.tier1/0/1", reason: "vapid_rejected", status: 403, at: t0, app: "shop-2027"}.record(),
+			wantID:     "s",
+			wantOrigin: "https://fcm.googleapis.com",
+			wantTier:   tiers.Tier1,
+			wantSource: "push.tier1/0/1",
+			wantApp:    "shop-2027",
+		},
+		{
+			name:       "the default identity named",
+			rec:        dead{id: "s", endpoint: "https://fcm.googleapis.com/fcm/send/x", source: "push.tier1/0/1", at: t0, app: "default"}.record(),
+			wantID:     "s",
+			wantOrigin: "https://fcm.googleapis.com",
+			wantTier:   tiers.Tier1,
+			wantSource: "push.tier1/0/1",
+		},
+		{
+			name:       "refused event keeps a valid app",
+			rec:        &kgo.Record{Value: []byte(`{"id":"u","app":"blog","subscription":{"endpoint":"https://fcm.googleapis.com/x"}}`), Headers: []kgo.RecordHeader{{Key: "push-origin", Value: []byte("push.tier2/0/1")}}},
+			wantID:     "u",
+			wantOrigin: "https://fcm.googleapis.com",
+			wantTier:   tiers.Tier2,
+			wantSource: "push.tier2/0/1",
+			wantApp:    "blog",
+		},
+		{
+			name:       "refused event drops an invalid app",
+			rec:        &kgo.Record{Value: []byte(`{"id":"u","app":"\u001b[31m","subscription":{"endpoint":"https://fcm.googleapis.com/x"}}`), Headers: []kgo.RecordHeader{{Key: "push-origin", Value: []byte("push.tier2/0/1")}}},
+			wantID:     "u",
+			wantOrigin: "https://fcm.googleapis.com",
+			wantTier:   tiers.Tier2,
+			wantSource: "push.tier2/0/1",
+		},
 		{
 			name:       "tier topic",
 			rec:        dead{id: "a", endpoint: "https://FCM.googleapis.com:443/fcm/send/x", source: "push.tier2/3/17", reason: "rejected", status: 400, at: t0}.record(),
@@ -104,9 +144,9 @@ func TestInspect(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := Inspect(tt.rec, names)
-			if got.EventID != tt.wantID || got.Origin != tt.wantOrigin || got.Tier != tt.wantTier || got.Source.String() != tt.wantSource {
-				t.Errorf("got id %q origin %q tier %v source %q, want %q %q %v %q",
-					got.EventID, got.Origin, got.Tier, got.Source, tt.wantID, tt.wantOrigin, tt.wantTier, tt.wantSource)
+			if got.EventID != tt.wantID || got.Origin != tt.wantOrigin || got.Tier != tt.wantTier || got.Source.String() != tt.wantSource || got.App != tt.wantApp {
+				t.Errorf("got id %q origin %q tier %v source %q app %q, want %q %q %v %q %q",
+					got.EventID, got.Origin, got.Tier, got.Source, got.App, tt.wantID, tt.wantOrigin, tt.wantTier, tt.wantSource, tt.wantApp)
 			}
 			if (got.HeaderErr != nil) != tt.wantErr {
 				t.Errorf("HeaderErr = %v, want error: %v", got.HeaderErr, tt.wantErr)
@@ -119,7 +159,7 @@ func TestFilterMatch(t *testing.T) {
 	fcm := Inspect(dead{id: "fcm", endpoint: "https://fcm.googleapis.com/fcm/send/x", source: "push.tier1.retry-8s/0/1",
 		reason: topology.ReasonMaxAttempts, status: 503, at: t0}.record(), names)
 	moz := Inspect(dead{id: "moz", endpoint: "https://updates.push.services.mozilla.com:8443/wpush/x", source: "push.tier3/1/2",
-		reason: topology.ReasonRejected, status: 400, at: t0.Add(time.Hour)}.record(), names)
+		reason: topology.ReasonRejected, status: 400, at: t0.Add(time.Hour), app: "shop"}.record(), names)
 	tests := []struct {
 		name    string
 		f       Filter
@@ -145,6 +185,10 @@ func TestFilterMatch(t *testing.T) {
 		{"empty range", Filter{Since: t0.Add(time.Minute), Until: t0.Add(2 * time.Minute)}, false, false},
 		{"combined and", Filter{Reasons: []topology.Reason{topology.ReasonRejected}, Statuses: []int{400}, Tiers: []tiers.Tier{tiers.Tier3}}, false, true},
 		{"combined one field fails", Filter{Reasons: []topology.Reason{topology.ReasonRejected}, Statuses: []int{503}}, false, false},
+		{"app", Filter{Apps: []string{"shop"}}, false, true},
+		{"default app is no app", Filter{Apps: []string{"default"}}, true, false},
+		{"apps or", Filter{Apps: []string{"news", "default", "shop"}}, true, true},
+		{"app none", Filter{Apps: []string{"news"}}, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -246,6 +290,12 @@ func TestParse(t *testing.T) {
 		{"reason", func(s string) (any, error) { return ParseReason(s) }, "ttl_expired", topology.ReasonTTLExpired, false},
 		{"reason not of the dlq", func(s string) (any, error) { return ParseReason(s) }, "delivered", topology.Reason(""), true},
 		{"reason typo", func(s string) (any, error) { return ParseReason(s) }, "max_attempt", topology.Reason(""), true},
+		{"reason vapid_rejected", func(s string) (any, error) { return ParseReason(s) }, "vapid_rejected", topology.ReasonVAPIDRejected, false},
+		{"reason unknown_app", func(s string) (any, error) { return ParseReason(s) }, "unknown_app", topology.ReasonUnknownApp, false},
+		{"app", func(s string) (any, error) { return ParseApp(s) }, "shop-2027", "shop-2027", false},
+		{"app default", func(s string) (any, error) { return ParseApp(s) }, "default", "default", false},
+		{"app with a slash", func(s string) (any, error) { return ParseApp(s) }, "shop/eu", "", true},
+		{"app empty", func(s string) (any, error) { return ParseApp(s) }, "", "", true},
 		{"status", func(s string) (any, error) { return ParseStatus(s) }, "429", 429, false},
 		{"status none", func(s string) (any, error) { return ParseStatus(s) }, "0", 0, false},
 		{"status out of range", func(s string) (any, error) { return ParseStatus(s) }, "42", 0, true},

@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -555,4 +556,56 @@ func TestRedriveLoopGuardAcrossCycles(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestRedriveKeepsApp: an app's event dead-lettered by the processor is
+// listed by its app, and redriven intact: the processor signs the replay
+// with the same app's key.
+func TestRedriveKeepsApp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		env := testenv.Start(t, testenv.Options{Virtual: true, Partitions: 1, Apps: []string{"shop"}})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		shopKey := env.Apps["shop"].PublicKey
+		sub := env.Sim.SubscribeWithKey(shopKey, pushsim.Response{Status: 400})
+		other := env.Sim.SubscribeWithKey(env.VAPID.PublicKey, pushsim.Response{Status: 400})
+		env.Produce(ctx,
+			&kgo.Record{Topic: names.Tier(tiers.Tier1), Key: []byte(sub.ID), Value: testenv.Event("shop-evt", sub, "hi", map[string]any{"app": "shop"})},
+			&kgo.Record{Topic: names.Tier(tiers.Tier1), Key: []byte(other.ID), Value: testenv.Event("default-evt", other, "hi", nil)},
+		)
+		if _, err := env.ReadRecords(ctx, names.DLQ(), 2); err != nil {
+			t.Fatal(err)
+		}
+		cl := kfakeClient(t, env)
+		for app, want := range map[string][]string{"shop": {"shop-evt"}, "default": {"default-evt"}, "news": nil} {
+			if got := listIDs(ctx, t, cl, Filter{Apps: []string{app}}); !slices.Equal(got, want) {
+				t.Errorf("--app %s lists %v, want %v", app, got, want)
+			}
+		}
+		rep, err := Redrive(ctx, cl, names, Filter{Apps: []string{"shop"}}, Options{})
+		if err != nil || rep.Redriven != 1 {
+			t.Fatalf("Redrive = %+v, %v; want 1 redriven", rep, err)
+		}
+		// Two dead outcomes, then the redriven event's.
+		outs, err := env.ReadRecords(ctx, names.Outcomes(), 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o topology.OutcomeRecord
+		if err := json.Unmarshal(outs[2].Value, &o); err != nil || o.ID != "shop-evt" || o.Outcome != "delivered" || o.App != "shop" {
+			t.Errorf("redriven outcome %+v (%v), want shop-evt delivered for app shop", o, err)
+		}
+		var pushes int
+		for _, d := range env.Sim.Deliveries() {
+			if d.SubID == sub.ID {
+				pushes++
+				if d.VAPIDKey != shopKey {
+					t.Errorf("push %d of the shop event signed with another key", pushes)
+				}
+			}
+		}
+		if pushes != 2 {
+			t.Errorf("%d pushes of the shop event, want 2 (before and after the redrive)", pushes)
+		}
+	})
 }

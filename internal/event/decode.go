@@ -46,6 +46,7 @@ type wire struct {
 	Urgency    rawValue `json:"urgency"`
 	Topic      rawValue `json:"topic"`
 	CreatedAt  rawValue `json:"created_at"`
+	App        rawValue `json:"app"`
 }
 
 // Field paths named in errors.
@@ -60,6 +61,7 @@ const (
 	fieldUrgency    = "urgency"
 	fieldTopic      = "topic"
 	fieldCreatedAt  = "created_at"
+	fieldApp        = "app"
 )
 
 // Decode parses and validates one record value. recordTime is the record's
@@ -195,6 +197,10 @@ func decode(value []byte, recordTime time.Time, rules Rules) (*Event, *Error) {
 		ev.Topic = string(topic)
 	}
 
+	if e := ev.setApp(w.App); e != nil {
+		return nil, e
+	}
+
 	ev.CreatedAt = recordTime
 	if w.CreatedAt.present() {
 		s, e := stringField(w.CreatedAt, fieldCreatedAt, false)
@@ -279,6 +285,25 @@ func (ev *Event) setTTL(raw rawValue, rules Rules) *Error {
 		}
 	}
 	ev.TTL = time.Duration(secs) * time.Second
+	return nil
+}
+
+// setApp reads the app: absent, null or DefaultApp is the default identity.
+func (ev *Event) setApp(raw rawValue) *Error {
+	if !raw.present() {
+		return nil
+	}
+	s, e := stringField(raw, fieldApp, false)
+	if e != nil {
+		return e
+	}
+	b := s.bytes()
+	if err := CheckApp(string(b)); err != nil {
+		return invalid(fieldApp, "%s", err.Error())
+	}
+	if string(b) != DefaultApp {
+		ev.App = string(b)
+	}
 	return nil
 }
 

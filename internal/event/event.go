@@ -31,7 +31,15 @@ const (
 	MaxIDLen = 256
 	// MaxTopicLen is the longest RFC 8030 topic, in characters.
 	MaxTopicLen = 32
+	// MaxAppLen is the longest app name, in bytes.
+	MaxAppLen = 64
 )
+
+// DefaultApp names the default VAPID identity (the --vapid-* flags): an
+// event that gives it, or no app at all, is signed with that identity, and
+// metrics and tables show it under this name. No app of --vapid-keys may be
+// called so.
+const DefaultApp = "default"
 
 // Sizes of the subscription keys (RFC 8291).
 const (
@@ -68,6 +76,9 @@ type Event struct {
 	// CreatedAt is when upstream created the event, or the record's
 	// timestamp when it did not say.
 	CreatedAt time.Time
+	// App names the VAPID identity the push is signed with; "" is the
+	// default identity (no app, or DefaultApp).
+	App string
 
 	origin string
 }
@@ -84,6 +95,36 @@ func (e *Event) EndpointHash() string { return EndpointHash(e.Endpoint) }
 func EndpointHash(endpoint string) string {
 	sum := sha256.Sum256([]byte(endpoint))
 	return hex.EncodeToString(sum[:8])
+}
+
+// AppName returns the name metrics and tables show for the identity of
+// app: app itself, or DefaultApp for "".
+func AppName(app string) string {
+	if app == "" {
+		return DefaultApp
+	}
+	return app
+}
+
+// CheckApp checks an app name: 1 to MaxAppLen of [A-Za-z0-9._-]. Its error
+// quotes no part of the name, which may come from a hostile record.
+func CheckApp(name string) error {
+	switch {
+	case name == "":
+		return errors.New("is empty")
+	case len(name) > MaxAppLen:
+		return fmt.Errorf("is %d bytes, limit %d", len(name), MaxAppLen)
+	}
+	for i := 0; i < len(name); i++ {
+		if !appChar(name[i]) {
+			return errors.New("want letters, digits, '.', '_' and '-' only")
+		}
+	}
+	return nil
+}
+
+func appChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
 }
 
 // Rules are the limits Decode applies.

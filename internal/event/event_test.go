@@ -87,6 +87,16 @@ func TestDecodeFixture(t *testing.T) {
 }
 
 func TestDecodeValid(t *testing.T) {
+	set := func(k string, v any) func(ev, sub, keys map[string]any) {
+		return func(ev, sub, keys map[string]any) { ev[k] = v }
+	}
+	wantApp := func(want string) func(t *testing.T, e *Event) {
+		return func(t *testing.T, e *Event) {
+			if e.App != want {
+				t.Errorf("App = %q, want %q", e.App, want)
+			}
+		}
+	}
 	minimal := func(ev, sub, keys map[string]any) {
 		for _, k := range []string{"payload", "ttl", "urgency", "topic", "created_at", "trace"} {
 			delete(ev, k)
@@ -250,6 +260,12 @@ func TestDecodeValid(t *testing.T) {
 				t.Errorf("Origin = %q, want %q", got, want)
 			}
 		}},
+		{"app", mutate(t, set("app", "shop-2027.eu_1")), nil, wantApp("shop-2027.eu_1")},
+		{"app absent is the default identity", mutate(t, minimal), nil, wantApp("")},
+		{"app null is the default identity", mutate(t, set("app", nil)), nil, wantApp("")},
+		{"app default is the default identity", mutate(t, set("app", DefaultApp)), nil, wantApp("")},
+		{"app of 64 bytes", mutate(t, set("app", strings.Repeat("a", 64))), nil, wantApp(strings.Repeat("a", 64))},
+		{"app escaped", []byte(strings.Replace(string(readFixture(t, "event.json")), `{`, `{"app":"sh\u006fp",`, 1)), nil, wantApp("shop")},
 		{"guard allows a push service", mutate(t, func(ev, sub, keys map[string]any) {
 			sub["endpoint"] = "https://web.push.apple.com/QGuQyavXutnMH1bTx3Q6"
 		}), func(r *Rules) { r.Guard = mustGuard(t) }, func(t *testing.T, e *Event) {
@@ -390,6 +406,14 @@ func TestDecodeInvalid(t *testing.T) {
 		{"topic too long", mutate(t, set("topic", strings.Repeat("a", 33))), false, ReasonInvalid, "topic", "33 characters, limit 32"},
 		{"topic space", mutate(t, set("topic", "order 42")), false, ReasonInvalid, "topic", "base64url"},
 		{"topic dot", mutate(t, set("topic", "order.42")), false, ReasonInvalid, "topic", "base64url"},
+		{"app empty", mutate(t, set("app", "")), false, ReasonInvalid, "app", "empty"},
+		{"app too long", mutate(t, set("app", strings.Repeat("a", 65))), false, ReasonInvalid, "app", "65 bytes, limit 64"},
+		{"app slash", mutate(t, set("app", "shop/eu")), false, ReasonInvalid, "app", "letters, digits"},
+		{"app space", mutate(t, set("app", "shop eu")), false, ReasonInvalid, "app", "letters, digits"},
+		{"app non-ASCII", mutate(t, set("app", "shöp")), false, ReasonInvalid, "app", "letters, digits"},
+		{"app control character", mutate(t, set("app", "shop\n")), false, ReasonInvalid, "app", "letters, digits"},
+		{"app number", mutate(t, set("app", 7)), false, ReasonInvalid, "app", "JSON string"},
+		{"app object", mutate(t, set("app", map[string]any{"name": "shop"})), false, ReasonInvalid, "app", "JSON string"},
 		{"created_at words", mutate(t, set("created_at", "yesterday")), false, ReasonInvalid, "created_at", "RFC 3339"},
 		{"created_at space", mutate(t, set("created_at", "2026-11-21 12:00:00Z")), false, ReasonInvalid, "created_at", "RFC 3339"},
 		{"created_at no zone", mutate(t, set("created_at", "2026-11-21T12:00:00")), false, ReasonInvalid, "created_at", "RFC 3339"},

@@ -84,6 +84,8 @@ func checkInvariants(t *testing.T, ev *Event, value []byte, rules Rules) {
 		t.Fatalf("origin %q for scheme %q", ev.Origin(), ev.EndpointURL.Scheme)
 	case len(ev.EndpointHash()) != 16:
 		t.Fatalf("endpoint hash %q", ev.EndpointHash())
+	case ev.App != "" && (CheckApp(ev.App) != nil || ev.App == DefaultApp):
+		t.Fatalf("accepted app %q", ev.App)
 	}
 	switch ev.Urgency {
 	case "", UrgencyVeryLow, UrgencyLow, UrgencyNormal, UrgencyHigh:

@@ -69,8 +69,10 @@ func (s secrets) check(t *testing.T, where, text string) {
 
 // TestRedaction runs a ledger-like workload (deliveries, 503 and 429
 // retries, 410 gone, 500 to the end of the ladder, 403, 413, malformed
-// events, blocked endpoints, forged retry records) with known secrets: the
-// VAPID private key, the HMAC key, every endpoint and its path, every
+// events, blocked endpoints, forged retry records, events of a second
+// app's identity, of an app without one and of an app whose key the
+// subscription was not made with) with known secrets: the VAPID private
+// keys, the HMAC key, every endpoint and its path, every
 // p256dh and auth key and every payload. It captures the processor's logs at
 // debug level (kgo's included), every span, the /metrics output and the
 // Stats labels, and every header of what the processor wrote (and the
@@ -94,12 +96,14 @@ func TestRedaction(t *testing.T) {
 			KafkaLogs:        true,
 			Hooks:            metrics,
 			ProcessorOptions: telemetry.PipelineTracing(tp, "tierpush", "tierpush"),
+			Apps:             []string{"shop"},
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		defer cancel()
 
 		secret := secrets{}
 		secret.add("the VAPID private key", env.VAPID.PrivateKey)
+		secret.add("shop's VAPID private key", env.Apps["shop"].PrivateKey)
 		secret.add("the HMAC key", string(testenv.HMACKey))
 		secret.add("the HMAC key (base64)", base64.StdEncoding.EncodeToString(testenv.HMACKey))
 		secret.add("the HMAC key (base64url)", base64.RawURLEncoding.EncodeToString(testenv.HMACKey))
@@ -150,6 +154,13 @@ func TestRedaction(t *testing.T) {
 			produce(fmt.Sprintf("blocked endpoint %d", i), sub, "secret-payload-"+sub.ID, nil)
 		}
 		secret.add("a userinfo password", "secret-password-cccc")
+		for i, app := range []string{"shop", "shop", "blog"} {
+			sub := env.Sim.SubscribeWithKey(env.Apps["shop"].PublicKey)
+			if i == 1 {
+				sub = env.Sim.SubscribeWithKey(env.VAPID.PublicKey) // 403: vapid_rejected
+			}
+			produce(fmt.Sprintf("app %s event %d", app, i), sub, "secret-payload-"+sub.ID, map[string]any{"app": app})
+		}
 		big := env.Sim.Subscribe()
 		produce("oversized payload", big, strings.Repeat("secret-oversized-payload ", 200), nil)
 		badTopic := env.Sim.Subscribe()

@@ -38,7 +38,7 @@ func TestDeadLetters(t *testing.T) {
 		short.Auth = short.Auth[:16]
 		blocked := sub
 		blocked.Endpoint = "https://169.254.169.254/latest/meta-data"
-		rejected := env.Sim.Subscribe(pushsim.Response{Status: 403})
+		rejected := env.Sim.Subscribe(pushsim.Response{Status: 400})
 		tooLarge := env.Sim.Subscribe(pushsim.Response{Status: 413})
 		tier := env.Names.Tier(tiers.Tier2)
 		forged := &kgo.Record{Topic: env.Names.Retry(tiers.Tier1, 2*time.Second), Value: testenv.Event("forged", sub, "x", nil),
@@ -65,7 +65,7 @@ func TestDeadLetters(t *testing.T) {
 			"bad-auth":  {topology.ReasonInvalidEvent, "auth"},
 			"blocked":   {topology.ReasonEndpointBlocked, "not public"},
 			"not-json":  {topology.ReasonInvalidEvent, ""},
-			"rejected":  {topology.ReasonRejected, "403"},
+			"rejected":  {topology.ReasonRejected, "400"},
 			"too-large": {topology.ReasonPayloadTooLarge, "413"},
 			"":          {topology.ReasonBadSignature, "push-sig"},
 		}

@@ -18,7 +18,8 @@ const (
 	Gone
 	// Retryable: 429, 5xx, WNS throttling, timeouts and connection errors.
 	Retryable
-	// Rejected: any other 4xx; sending again cannot help.
+	// Rejected: any other 4xx (401 and 403 are VAPIDRejected); sending
+	// again cannot help.
 	Rejected
 	// TooLarge: 413, the payload is too large for the push service.
 	TooLarge
@@ -27,9 +28,14 @@ const (
 	Deferred
 	// Blocked: the endpoint was refused before any byte was sent.
 	Blocked
+	// VAPIDRejected: 401 or 403, the push service refused the sender's
+	// VAPID authorization; for a valid JWT that means the subscription was
+	// made with another application server key (FCM answers 403, Mozilla
+	// 401). Sending again with the same key cannot help.
+	VAPIDRejected
 )
 
-var classNames = [...]string{"", "delivered", "gone", "retryable", "rejected", "too_large", "deferred", "blocked"}
+var classNames = [...]string{"", "delivered", "gone", "retryable", "rejected", "too_large", "deferred", "blocked", "vapid_rejected"}
 
 func (c Class) String() string {
 	if int(c) < len(classNames) {

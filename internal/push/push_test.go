@@ -14,6 +14,7 @@ func TestClassString(t *testing.T) {
 		{TooLarge, "too_large"},
 		{Deferred, "deferred"},
 		{Blocked, "blocked"},
+		{VAPIDRejected, "vapid_rejected"},
 		{0, ""},
 		{200, "unknown"},
 	}

@@ -43,7 +43,8 @@ type Config struct {
 	VerifyEvery int
 
 	// VAPIDPublicKey, when set (base64url uncompressed P-256 point), is the only application
-	// server key accepted: requests signed with another key get 403. Default empty (any key).
+	// server key accepted for subscriptions made without one (SubscribeWithKey binds its own):
+	// requests signed with another key get 403. Default empty (any key).
 	VAPIDPublicKey string
 
 	// KeepDeliveries caps how many Delivery records are kept (the most recent). 0 keeps all.
@@ -75,7 +76,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Fail410, "fail-410", c.Fail410, "fraction of requests answered 410 (subscriptions without a script)")
 	fs.Float64Var(&c.Fail500, "fail-500", c.Fail500, "fraction of requests answered 500 (subscriptions without a script)")
 	fs.IntVar(&c.VerifyEvery, "verify-every", c.VerifyEvery, "decrypt and verify 1 request in N (1 = every request)")
-	fs.StringVar(&c.VAPIDPublicKey, "vapid-public-key", c.VAPIDPublicKey, "only accept JWTs signed by this VAPID public key (base64url)")
+	fs.StringVar(&c.VAPIDPublicKey, "vapid-public-key", c.VAPIDPublicKey, "only accept JWTs signed by this VAPID public key (base64url) for subscriptions made without one (POST /subscribe?key= binds its own)")
 	fs.IntVar(&c.KeepDeliveries, "keep-deliveries", c.KeepDeliveries, "keep at most this many delivery records (0 = all)")
 }
 

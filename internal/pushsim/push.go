@@ -119,7 +119,12 @@ func (s *Server) judge(r *http.Request, org string, d *Delivery) verdict {
 		return reject(http.StatusUnauthorized, err.Error())
 	}
 	d.JWT, d.VAPIDKey = auth.token, auth.rawK
-	if s.vapidK != nil && !bytes.Equal(auth.key, s.vapidK) {
+	switch {
+	case sub.appKey != nil && !bytes.Equal(auth.key, sub.appKey):
+		// FCM: "the credentials in the authorization header do not
+		// correspond to the subscription".
+		return reject(http.StatusForbidden, "vapid key is not the subscription's application server key")
+	case sub.appKey == nil && s.vapidK != nil && !bytes.Equal(auth.key, s.vapidK):
 		return reject(http.StatusForbidden, "vapid key is not the configured application server key")
 	}
 	verify := s.cfg.VerifyEvery <= 1 || s.verifyN.Add(1)%int64(s.cfg.VerifyEvery) == 1
@@ -262,18 +267,26 @@ type subscriptionJSON struct {
 	} `json:"keys"`
 }
 
-// handleSubscribe answers POST /subscribe[?script=503,429:1,201,500*].
+// handleSubscribe answers POST /subscribe[?script=503,429:1,201,500*][&key=<app key>]: key, the
+// application server key (base64url), binds the subscription to it.
 func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 	script, err := ParseScript(r.URL.Query().Get("script"))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	var appKey []byte
+	if k := r.URL.Query().Get("key"); k != "" {
+		if appKey, err = parseVAPIDKey(k); err != nil {
+			http.Error(w, "key: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
 	base := origin(requestScheme(r), r.Host)
 	if s.baseSet.Load() {
 		base = s.BaseURL()
 	}
-	sub := s.subscribe(base, script)
+	sub := s.subscribe(base, appKey, script)
 	var out subscriptionJSON
 	out.ID, out.Endpoint, out.Keys.P256dh, out.Keys.Auth = sub.ID, sub.Endpoint, sub.P256dh, sub.Auth
 	writeJSON(w, http.StatusCreated, out)

@@ -2,7 +2,9 @@
 // --dev mode. It mints subscriptions (keeping their private keys), accepts RFC 8030 push
 // requests, checks the headers a real push service requires, verifies RFC 8292 VAPID and
 // decrypts RFC 8291 aes128gcm bodies byte-exactly, then answers as scripted per subscription or
-// as configured (rate limit, failure fractions, latency), and records what it received.
+// as configured (rate limit, failure fractions, latency), and records what it received. A
+// subscription made with an application server key is bound to it, as a browser's is: a push
+// signed with any other key gets 403, as FCM answers.
 //
 // It owns no goroutine outside the HTTP server it runs and reads time only at request time, so
 // it works on any net.Listener, including an in-memory one inside a testing/synctest bubble.
@@ -82,6 +84,7 @@ type Server struct {
 
 type subscription struct {
 	id     string
+	appKey []byte // the application server key it was made with; nil: none
 	key    *ecdh.PrivateKey
 	auth   []byte
 	script []Response
@@ -246,16 +249,34 @@ func (s *Server) Subscribe(script ...Response) Subscription {
 			panic(fmt.Sprintf("pushsim: scripted status %d, want 0 or 200..599", r.Status))
 		}
 	}
-	return s.subscribe(s.BaseURL(), script)
+	return s.subscribe(s.BaseURL(), nil, script)
 }
 
-func (s *Server) subscribe(base string, script []Response) Subscription {
+// SubscribeWithKey is Subscribe for a subscription bound to the application server key appKey
+// (a base64url uncompressed P-256 point, padded or not), as PushManager.subscribe with
+// applicationServerKey makes one: pushes signed with another key get 403, whatever
+// Config.VAPIDPublicKey says. An invalid appKey is a programming error and panics.
+func (s *Server) SubscribeWithKey(appKey string, script ...Response) Subscription {
+	k, err := parseVAPIDKey(appKey)
+	if err != nil {
+		panic(fmt.Sprintf("pushsim: application server key: %v", err))
+	}
+	for _, r := range script {
+		if r.Status != 0 && (r.Status < 200 || r.Status > 599) {
+			panic(fmt.Sprintf("pushsim: scripted status %d, want 0 or 200..599", r.Status))
+		}
+	}
+	return s.subscribe(s.BaseURL(), k, script)
+}
+
+func (s *Server) subscribe(base string, appKey []byte, script []Response) Subscription {
 	key, err := ecdh.P256().GenerateKey(rand.Reader)
 	if err != nil {
 		panic(fmt.Sprintf("pushsim: generate P-256 key: %v", err)) // crypto/rand never fails
 	}
 	sub := &subscription{
 		id:     rand.Text(),
+		appKey: appKey,
 		key:    key,
 		auth:   make([]byte, authLen),
 		script: append([]Response(nil), script...),

@@ -82,21 +82,26 @@ type Options struct {
 	// KafkaLogs sends the processor's kgo client logs to Log too, as the
 	// processor command does.
 	KafkaLogs bool
+	// Apps are named apps given a VAPID identity each (Env.Apps), beside
+	// the default one (Env.VAPID), as --vapid-keys gives them.
+	Apps []string
 }
 
 // Env is a running pipeline.
 type Env struct {
-	tb       testing.TB
-	VN       *kfake.VirtualNetwork
-	Cluster  *kfake.Cluster
-	Sim      *pushsim.Server   // Sims[0]
-	Sims     []*pushsim.Server // one per origin
-	Names    topology.Names
-	Policy   tiers.Policy
-	Brokers  []string
-	Client   *kgo.Client // for producing events and reading results
-	Signer   *topology.Signer
-	VAPID    dispatch.VAPID
+	tb      testing.TB
+	VN      *kfake.VirtualNetwork
+	Cluster *kfake.Cluster
+	Sim     *pushsim.Server   // Sims[0]
+	Sims    []*pushsim.Server // one per origin
+	Names   topology.Names
+	Policy  tiers.Policy
+	Brokers []string
+	Client  *kgo.Client // for producing events and reading results
+	Signer  *topology.Signer
+	VAPID   dispatch.VAPID
+	// Apps are the identities of Options.Apps, by name.
+	Apps     map[string]dispatch.VAPID
 	SimAddr  string
 	SimAddrs []string
 	// PKI signed the broker's certificate when Options.KafkaTLS is set.
@@ -163,6 +168,16 @@ func Start(tb testing.TB, o Options) *Env {
 		tb.Fatal(err)
 	}
 	e.VAPID = dispatch.VAPID{PublicKey: pub, PrivateKey: priv, Subject: "mailto:ops@tierpush.test"}
+	for _, app := range o.Apps {
+		priv, pub, err := webpush.GenerateVAPIDKeys()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if e.Apps == nil {
+			e.Apps = make(map[string]dispatch.VAPID)
+		}
+		e.Apps[app] = dispatch.VAPID{PublicKey: pub, PrivateKey: priv, Subject: "mailto:" + app + "@tierpush.test"}
+	}
 	for i, sc := range append([]pushsim.Config{simCfg}, o.MoreSims...) {
 		sc.VAPIDPublicKey = pub
 		sim, err := pushsim.New(sc, e.log)
@@ -292,7 +307,7 @@ func (e *Env) StartProcessor() *pipeline.Processor {
 	}
 	hc := dispatch.NewHTTPClient(hcfg)
 	e.tb.Cleanup(hc.CloseIdleConnections)
-	sender, err := dispatch.New(dispatch.Config{VAPID: e.VAPID}, hc)
+	sender, err := dispatch.New(dispatch.Config{VAPID: e.VAPID, Apps: e.Apps}, hc)
 	if err != nil {
 		e.tb.Fatal(err)
 	}
