@@ -36,7 +36,7 @@ func runProcessor(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	cfg := DefaultConfig()
 	fs := newFlagSet("processor run", stderr)
 	cfg.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args, withTiers(&cfg.Tiers)); err != nil {
 		return err
 	}
 	fs.Visit(func(f *flag.Flag) { cfg.Embedded = cfg.Embedded || f.Name == "embedded-addr" })
@@ -54,7 +54,7 @@ func runProcessor(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // the running processor (the dev mode's status table reads it).
 func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeline.Processor)) error {
 	names := topology.Names{Prefix: cfg.TopicPrefix}
-	policy := tiers.DefaultPolicy()
+	policy := cfg.Tiers
 
 	if len(cfg.Brokers) == 0 {
 		c, err := broker.Start(broker.Config{Addr: cfg.EmbeddedAddr, DataDir: cfg.DataDir, Partitions: int(cfg.Topics.Partitions)}, log)
@@ -78,6 +78,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 		log.Warn("kafka TLS certificates are not verified (--kafka-tls-insecure-skip-verify): test clusters only")
 	}
 	if err := ensureTopics(ctx, kopts, names, &policy, cfg.Topics, log); err != nil {
+		return err
+	}
+	dropped, err := droppedSteps(ctx, kopts, names, &policy, cfg.Group, log)
+	if err != nil {
 		return err
 	}
 
@@ -104,6 +108,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	pc := pipeline.DefaultConfig()
 	pc.Names = names
 	pc.Policy = policy
+	pc.ExtraInputs = dropped
 	pc.Group = cfg.Group
 	pc.MaxInFlight = cfg.MaxInFlight
 	pc.MaxHeld = cfg.MaxHeld
@@ -167,7 +172,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	if ready != nil {
 		ready(p)
 	}
-	log.Info("processor running", "brokers", cfg.Brokers, "group", cfg.Group, "topics", len(names.Inputs(&policy)))
+	log.Info("processor running", "brokers", cfg.Brokers, "group", cfg.Group, "topics", len(names.Inputs(&policy))+len(dropped))
 	if err := p.Run(ctx); err != nil {
 		return err
 	}
@@ -198,6 +203,30 @@ func ensureTopics(ctx context.Context, kopts []kgo.Opt, names topology.Names, p 
 		}
 	}
 	return nil
+}
+
+// droppedSteps are the retry topics of steps no longer on a ladder that
+// still hold records the group has not consumed: the pipeline consumes them
+// too, so that changing a ladder loses nothing that waits on an old step.
+func droppedSteps(ctx context.Context, kopts []kgo.Opt, names topology.Names, p *tiers.Policy, group string, log *slog.Logger) ([]string, error) {
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	steps, err := admin.DroppedSteps(ctx, kadm.NewClient(cl), names, p, group)
+	if err != nil {
+		return nil, fmt.Errorf("find steps dropped from the ladders: %w", err)
+	}
+	var topics []string
+	for _, s := range steps {
+		log.Info("consuming a step dropped from its ladder until it is empty; its records continue on the current ladder",
+			"topic", s.Topic, "records", s.Pending)
+		topics = append(topics, s.Topic)
+	}
+	return topics, nil
 }
 
 // serveHTTP serves /healthz, /readyz and /metrics.

@@ -72,7 +72,7 @@ func runBroker(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text or json")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	registerTopicFlags(fs, &cfg.Topics)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args, withTiers(&cfg.Tiers)); err != nil {
 		return err
 	}
 	if err := cfg.Topics.Validate(); err != nil {
@@ -84,8 +84,7 @@ func runBroker(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	defer c.Close()
-	policy := tiers.DefaultPolicy()
-	if err := ensureTopics(ctx, []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, topology.Names{Prefix: cfg.TopicPrefix}, &policy, cfg.Topics, log); err != nil {
+	if err := ensureTopics(ctx, []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, topology.Names{Prefix: cfg.TopicPrefix}, &cfg.Tiers, cfg.Topics, log); err != nil {
 		return err
 	}
 	<-ctx.Done()
@@ -196,11 +195,12 @@ func runTopics(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError(errors.New("usage: processor topics ensure [flags]"))
 	}
 	var k kafkaFlags
+	var policy tiers.Policy
 	spec := admin.DefaultSpec()
 	fs := newFlagSet("processor topics ensure", stderr)
 	k.register(fs)
 	registerTopicFlags(fs, &spec)
-	if err := parseFlags(fs, args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:], withTiers(&policy)); err != nil {
 		return err
 	}
 	if err := spec.Validate(); err != nil {
@@ -211,7 +211,6 @@ func runTopics(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer cl.Close()
-	policy := tiers.DefaultPolicy()
 	states, err := admin.Ensure(ctx, kadm.NewClient(cl), k.names(), &policy, spec)
 	if err != nil {
 		return err
