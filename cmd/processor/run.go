@@ -24,7 +24,6 @@ import (
 	"github.com/tierpush/tierpush/internal/broker"
 	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/event"
-	"github.com/tierpush/tierpush/internal/netguard"
 	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/telemetry"
 	"github.com/tierpush/tierpush/tiers"
@@ -85,9 +84,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 		return err
 	}
 
-	guard, err := netguard.New(cfg.guardOptions()...)
+	guard, err := cfg.Endpoints.guard(cfg.AllowInsecure)
 	if err != nil {
-		return usageError(fmt.Errorf("endpoint policy: %w", err))
+		return usageError(err)
 	}
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	hc := dispatch.NewHTTPClient(dispatch.HTTPConfig{DialContext: guard.DialContext(dialer), SendTimeout: cfg.SendTimeout})

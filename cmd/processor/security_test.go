@@ -20,7 +20,6 @@ import (
 
 	"github.com/tierpush/tierpush/internal/broker"
 	"github.com/tierpush/tierpush/internal/event"
-	"github.com/tierpush/tierpush/internal/netguard"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/internal/testenv"
 )
@@ -334,9 +333,7 @@ func TestGuardOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := DefaultConfig()
-			c.Endpoints, c.AllowInsecure = tt.policy, tt.insecure
-			p, err := netguard.New(c.guardOptions()...)
+			p, err := tt.policy.guard(tt.insecure)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/tierpush/tierpush/internal/admin"
 	"github.com/tierpush/tierpush/internal/broker"
 	"github.com/tierpush/tierpush/internal/event"
+	"github.com/tierpush/tierpush/internal/netguard"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/tiers"
 	"github.com/tierpush/tierpush/topology"
@@ -124,8 +125,21 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	urgency := fs.String("urgency", "", "very-low, low, normal or high")
 	topic := fs.String("topic", "", "RFC 8030 topic (collapse key)")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the broker to take the event")
+	// The processor's endpoint policy, so that send refuses what the
+	// processor would dead-letter as endpoint_blocked.
+	var insecure listFlag
+	var endpoints endpointPolicy
+	fs.Var(&insecure, "allow-insecure-endpoint", "host:port that may be reached over http or on a private address (tests, the simulator); repeatable")
+	endpoints.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if err := endpoints.validate(); err != nil {
+		return usageError(err)
+	}
+	guard, err := endpoints.guard(insecure)
+	if err != nil {
+		return usageError(err)
 	}
 	if *timeout <= 0 {
 		return usageError(fmt.Errorf("--timeout: %s, want a positive duration like 10s", *timeout))
@@ -161,10 +175,16 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return usageError(fmt.Errorf("--file: %w", err))
 	}
-	// Check it here so a typo fails now, not in the DLQ; no endpoint
-	// policy: the processor applies its own.
-	ev, err := event.Decode(value, time.Now(), event.DefaultRules())
-	if err != nil {
+	// Check it here as the processor will, so a typo or a blocked
+	// endpoint fails now, not in the DLQ.
+	rules := event.DefaultRules()
+	rules.Guard = guard
+	ev, err := event.Decode(value, time.Now(), rules)
+	var blocked *netguard.BlockedError
+	switch {
+	case errors.As(err, &blocked):
+		return usageError(fmt.Errorf("event: %w: the processor would dead-letter it as endpoint_blocked (a test server or the simulator: --allow-insecure-endpoint host:port)", err))
+	case err != nil:
 		return usageError(fmt.Errorf("event: %w", err))
 	}
 	cl, err := k.client()
