@@ -143,30 +143,48 @@ func (p *Policy) Ladder(t Tier) *Ladder {
 	return nil
 }
 
-// Validate reports the first field that is out of range, naming its path.
+// Limits of a configured ladder (the --config file's tiers:).
+const (
+	MinStep        = time.Second
+	MaxStep        = 24 * time.Hour
+	MaxSteps       = 10
+	MaxMaxAttempts = 20
+	MaxWeight      = 1000
+)
+
+// Validate reports every field out of range, each naming its key in the
+// --config file: tiers.tier2.steps[1]. Steps are whole seconds from 1s to
+// 24h, strictly ascending, at most 10 of them; max_attempts 1 to 20; weight
+// 1 to 1000 (a share relative to the other tiers: more would only risk
+// overflowing the round robin's sums).
 func (p Policy) Validate() error {
 	var errs []error
 	for _, t := range All {
 		l := p.Ladder(t)
-		if len(l.Steps) == 0 {
-			errs = append(errs, fmt.Errorf("tiers.%s.steps: at least one retry step is required", t))
+		key := "tiers." + t.String()
+		switch {
+		case len(l.Steps) == 0:
+			errs = append(errs, fmt.Errorf("%s.steps: empty, want 1 to %d retry delays like [2s, 8s, 60s]", key, MaxSteps))
+		case len(l.Steps) > MaxSteps:
+			errs = append(errs, fmt.Errorf("%s.steps: %d steps, want at most %d", key, len(l.Steps), MaxSteps))
 		}
 		for i, s := range l.Steps {
-			if s < time.Second {
-				errs = append(errs, fmt.Errorf("tiers.%s.steps[%d]: %s is below the 1s minimum", t, i, s))
-			}
-			if i > 0 && s <= l.Steps[i-1] {
-				errs = append(errs, fmt.Errorf("tiers.%s.steps[%d]: %s must be longer than the step before it", t, i, s))
-			}
-			if s != s.Truncate(time.Second) {
-				errs = append(errs, fmt.Errorf("tiers.%s.steps[%d]: %s must be whole seconds", t, i, s))
+			switch {
+			case s < MinStep:
+				errs = append(errs, fmt.Errorf("%s.steps[%d]: %s, want at least %s", key, i, s, MinStep))
+			case s > MaxStep:
+				errs = append(errs, fmt.Errorf("%s.steps[%d]: %s, want at most 24h", key, i, s))
+			case s%time.Second != 0:
+				errs = append(errs, fmt.Errorf("%s.steps[%d]: %s, want whole seconds (the step names its topic)", key, i, s))
+			case i > 0 && s <= l.Steps[i-1]:
+				errs = append(errs, fmt.Errorf("%s.steps[%d]: %s, want longer than steps[%d] (%s): steps ascend", key, i, s, i-1, l.Steps[i-1]))
 			}
 		}
-		if l.MaxAttempts < 1 || l.MaxAttempts > 100 {
-			errs = append(errs, fmt.Errorf("tiers.%s.max_attempts: %d is outside 1..100", t, l.MaxAttempts))
+		if l.MaxAttempts < 1 || l.MaxAttempts > MaxMaxAttempts {
+			errs = append(errs, fmt.Errorf("%s.max_attempts: %d, want 1..%d (the first send included)", key, l.MaxAttempts, MaxMaxAttempts))
 		}
-		if l.Weight < 1 || l.Weight > 1000 {
-			errs = append(errs, fmt.Errorf("tiers.%s.weight: %d is outside 1..1000", t, l.Weight))
+		if l.Weight < 1 || l.Weight > MaxWeight {
+			errs = append(errs, fmt.Errorf("%s.weight: %d, want 1..%d", key, l.Weight, MaxWeight))
 		}
 	}
 	return errors.Join(errs...)

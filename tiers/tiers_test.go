@@ -252,17 +252,25 @@ func TestPolicyValidate(t *testing.T) {
 		{"default", func(*Policy) {}, nil},
 		{"custom long ladder", func(p *Policy) {
 			p.Tier3.Steps = []time.Duration{90 * s, 5 * time.Minute, time.Hour}
-			p.Tier3.MaxAttempts = 100
+			p.Tier3.MaxAttempts = 20
 			p.Tier3.Weight = 1000
 		}, nil},
-		{"no steps", func(p *Policy) { p.Tier2.Steps = nil }, []string{"tiers.tier2.steps:"}},
-		{"below 1s", func(p *Policy) { p.Tier1.Steps[0] = 500 * time.Millisecond }, []string{"tiers.tier1.steps[0]:", "1s minimum"}},
-		{"not increasing", func(p *Policy) { p.Tier3.Steps[1] = 8 * s }, []string{"tiers.tier3.steps[1]:", "longer than the step before"}},
-		{"decreasing", func(p *Policy) { p.Tier1.Steps[2] = 4 * s }, []string{"tiers.tier1.steps[2]:"}},
-		{"fractional", func(p *Policy) { p.Tier2.Steps[1] = 8*s + 500*time.Millisecond }, []string{"tiers.tier2.steps[1]:", "whole seconds"}},
-		{"max attempts 0", func(p *Policy) { p.Tier1.MaxAttempts = 0 }, []string{"tiers.tier1.max_attempts:"}},
-		{"max attempts 101", func(p *Policy) { p.Tier3.MaxAttempts = 101 }, []string{"tiers.tier3.max_attempts:"}},
-		{"weight 0", func(p *Policy) { p.Tier2.Weight = 0 }, []string{"tiers.tier2.weight:"}},
+		{"the widest ladder", func(p *Policy) {
+			p.Tier1.Steps = []time.Duration{s, 2 * s, 3 * s, 4 * s, 5 * s, 6 * s, 7 * s, 8 * s, 9 * s, 24 * time.Hour}
+			p.Tier1.MaxAttempts = 1
+		}, nil},
+		{"no steps", func(p *Policy) { p.Tier2.Steps = nil }, []string{"tiers.tier2.steps: empty"}},
+		{"eleven steps", func(p *Policy) {
+			p.Tier2.Steps = []time.Duration{s, 2 * s, 3 * s, 4 * s, 5 * s, 6 * s, 7 * s, 8 * s, 9 * s, 10 * s, 11 * s}
+		}, []string{"tiers.tier2.steps: 11 steps, want at most 10"}},
+		{"below 1s", func(p *Policy) { p.Tier2.Steps[1] = 500 * time.Millisecond }, []string{"tiers.tier2.steps[1]: 500ms, want at least 1s"}},
+		{"above 24h", func(p *Policy) { p.Tier1.Steps[2] = 25 * time.Hour }, []string{"tiers.tier1.steps[2]: 25h0m0s, want at most 24h"}},
+		{"not increasing", func(p *Policy) { p.Tier3.Steps[1] = 8 * s }, []string{"tiers.tier3.steps[1]: 8s, want longer than steps[0] (8s)"}},
+		{"decreasing", func(p *Policy) { p.Tier1.Steps[2] = 4 * s }, []string{"tiers.tier1.steps[2]:", "ascend"}},
+		{"fractional", func(p *Policy) { p.Tier2.Steps[1] = 8*s + 500*time.Millisecond }, []string{"tiers.tier2.steps[1]: 8.5s, want whole seconds"}},
+		{"max attempts 0", func(p *Policy) { p.Tier1.MaxAttempts = 0 }, []string{"tiers.tier1.max_attempts: 0, want 1..20"}},
+		{"max attempts 21", func(p *Policy) { p.Tier3.MaxAttempts = 21 }, []string{"tiers.tier3.max_attempts: 21, want 1..20"}},
+		{"weight 0", func(p *Policy) { p.Tier2.Weight = 0 }, []string{"tiers.tier2.weight: 0, want 1..1000"}},
 		{"weight 1001", func(p *Policy) { p.Tier1.Weight = 1001 }, []string{"tiers.tier1.weight:"}},
 		{"every error reported", func(p *Policy) {
 			p.Tier1.Weight = 0

@@ -41,9 +41,14 @@ func (n Names) Outcomes() string { return n.Prefix + "outcomes" }
 type Source struct {
 	Tier  tiers.Tier
 	Retry bool          // a retry step topic
-	Step  int           // index in the tier's ladder when Retry
+	Step  int           // index in the tier's ladder when Retry; -1 for a dropped step
 	Delay time.Duration // the step's delay when Retry
 }
+
+// Dropped reports whether s is the retry topic of a step no longer on its
+// tier's ladder: consumed until empty, its records continuing on the
+// current ladder (docs/design.md, "Topics").
+func (s Source) Dropped() bool { return s.Retry && s.Step < 0 }
 
 // Inputs lists the topics the processor consumes: every tier topic and every
 // retry step of every tier.
@@ -90,4 +95,31 @@ func (n Names) Parse(topic string, p *tiers.Policy) (Source, error) {
 		}
 	}
 	return Source{}, fmt.Errorf("topic %q is not a step of the %s ladder", topic, t)
+}
+
+// ParseDropped maps the retry topic of a step that p's ladder no longer has
+// (an earlier configuration's) to its tier and delay, with Step -1. It
+// refuses a topic that is on p's ladder, that is no retry topic, or whose
+// step name is not the canonical name of a whole-second delay
+// (tiers.StepName): only topics a processor could have created.
+func (n Names) ParseDropped(topic string, p *tiers.Policy) (Source, error) {
+	rest, ok := strings.CutPrefix(topic, n.Prefix)
+	if !ok {
+		return Source{}, fmt.Errorf("topic %q lacks prefix %q", topic, n.Prefix)
+	}
+	name, step, _ := strings.Cut(rest, ".")
+	t, err := tiers.Parse(name)
+	if err != nil {
+		return Source{}, fmt.Errorf("topic %q: %w", topic, err)
+	}
+	d, err := time.ParseDuration(strings.TrimPrefix(step, "retry-"))
+	if err != nil || !strings.HasPrefix(step, "retry-") || d < time.Second || d%time.Second != 0 || tiers.StepName(d) != step {
+		return Source{}, fmt.Errorf("topic %q is not a retry step topic", topic)
+	}
+	for _, s := range p.Ladder(t).Steps {
+		if s == d {
+			return Source{}, fmt.Errorf("topic %q is a step of the %s ladder", topic, t)
+		}
+	}
+	return Source{Tier: t, Retry: true, Step: -1, Delay: d}, nil
 }

@@ -166,3 +166,49 @@ func TestNamesParseRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestNamesParseDropped: the retry topics of steps an earlier ladder had
+// are recognised, with Step -1; the current ladder's steps, other topics
+// and names no processor would have given a step are not.
+func TestNamesParseDropped(t *testing.T) {
+	p := tiers.DefaultPolicy()
+	p.Tier2.Steps = []time.Duration{time.Second, 5 * time.Second}
+	s := time.Second
+	tests := []struct {
+		name    string
+		prefix  string
+		topic   string
+		want    Source
+		wantErr string
+	}{
+		{"old default step", "push.", "push.tier2.retry-8s", Source{Tier: tiers.Tier2, Retry: true, Step: -1, Delay: 8 * s}, ""},
+		{"old 60s step", "push.", "push.tier2.retry-60s", Source{Tier: tiers.Tier2, Retry: true, Step: -1, Delay: 60 * s}, ""},
+		{"minutes", "push.", "push.tier3.retry-1m30s", Source{Tier: tiers.Tier3, Retry: true, Step: -1, Delay: 90 * s}, ""},
+		{"hours", "prod.", "prod.tier1.retry-2h", Source{Tier: tiers.Tier1, Retry: true, Step: -1, Delay: 2 * time.Hour}, ""},
+
+		{"on the ladder", "push.", "push.tier2.retry-5s", Source{}, "is a step of the tier2 ladder"},
+		{"on another tier's default", "push.", "push.tier1.retry-8s", Source{}, "is a step of the tier1 ladder"},
+		{"tier topic", "push.", "push.tier2", Source{}, "not a retry step topic"},
+		{"not canonical", "push.", "push.tier2.retry-1m0s", Source{}, "not a retry step topic"},
+		{"not canonical seconds", "push.", "push.tier2.retry-90s", Source{}, "not a retry step topic"},
+		{"fraction", "push.", "push.tier2.retry-1.5s", Source{}, "not a retry step topic"},
+		{"no retry- prefix", "push.", "push.tier2.8s", Source{}, "not a retry step topic"},
+		{"suffix", "push.", "push.tier2.retry-8s.x", Source{}, "not a retry step topic"},
+		{"dlq", "push.", "push.dlq", Source{}, "unknown tier"},
+		{"other prefix", "push.", "other.tier2.retry-8s", Source{}, "lacks prefix"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Names{Prefix: tt.prefix}.ParseDropped(tt.topic, &p)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("ParseDropped(%q) = %+v, %v; want an error containing %q", tt.topic, got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want || !got.Dropped() {
+				t.Errorf("ParseDropped(%q) = %+v, %v; want %+v", tt.topic, got, err, tt.want)
+			}
+		})
+	}
+}

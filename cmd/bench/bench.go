@@ -89,6 +89,7 @@ type scenarioRun struct {
 	arr     *arrivals
 	evs     []benchEvent
 	names   topology.Names
+	policy  tiers.Policy // the ladders of --config
 	group   string
 	kopts   []kgo.Opt
 	proc    *child
@@ -100,6 +101,14 @@ type scenarioRun struct {
 
 	mu       sync.Mutex
 	timeline []Sample
+}
+
+// configArgs pass --config on to the processor's commands.
+func (b *bench) configArgs() []string {
+	if b.cfg.Config == "" {
+		return nil
+	}
+	return []string{"--config", b.cfg.Config}
 }
 
 func (b *bench) runScenario(ctx context.Context, sc scenario) (*Result, error) {
@@ -148,6 +157,7 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) (*Result, error) {
 	// One subscription per event.
 	r.names = topology.Names{Prefix: fmt.Sprintf("bench-%d-%s.", time.Now().Unix(), sc.Name)}
 	r.group = strings.TrimSuffix(r.names.Prefix, ".")
+	r.policy = b.cfg.Policy
 	r.evs = make([]benchEvent, sc.Events)
 	for i := range r.evs {
 		var script []pushsim.Response
@@ -169,8 +179,8 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) (*Result, error) {
 			return nil, err
 		}
 		broker, err = startChild("broker", filepath.Join(dir, "broker.log"), b.bin, nil,
-			"broker", "--embedded-addr", addr, "--data-dir", filepath.Join(dir, "data"),
-			"--topic-prefix", r.names.Prefix, "--log-level", "warn")
+			append([]string{"broker", "--embedded-addr", addr, "--data-dir", filepath.Join(dir, "data"),
+				"--topic-prefix", r.names.Prefix, "--log-level", "warn"}, b.configArgs()...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -198,7 +208,7 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) (*Result, error) {
 	}
 	r.res.ProcessorEnv = b.cfg.ProcessorEnv
 	env = append(env, b.cfg.ProcessorEnv...)
-	r.res.ProcessorArgs = append([]string{"--max-in-flight", fmt.Sprint(b.cfg.MaxInFlight)}, b.cfg.ProcessorFlags...)
+	r.res.ProcessorArgs = append(append([]string{"--max-in-flight", fmt.Sprint(b.cfg.MaxInFlight)}, b.configArgs()...), b.cfg.ProcessorFlags...)
 	args := append([]string{"run", "--brokers", strings.Join(brokers, ","), "--topic-prefix", r.names.Prefix, "--group", r.group,
 		"--allow-insecure-endpoint", simAddr, "--http-addr", httpAddr, "--log-level", "warn"}, r.res.ProcessorArgs...)
 	r.proc, err = startChild("processor", filepath.Join(dir, "processor.log"), b.bin, env, args...)
@@ -460,7 +470,7 @@ func (h *holdState) step(ctx context.Context, r *scenarioRun, s *Sample, produce
 		return false, nil
 	}
 	var tierLag, retryLag int64
-	policy := tiers.DefaultPolicy()
+	policy := r.policy
 	for topic, parts := range gl.Lag {
 		src, err := r.names.Parse(topic, &policy)
 		if err != nil {
@@ -513,7 +523,7 @@ func (h *holdState) figures() *RSSFigures {
 // pipeline deferred again without a send comes back with the same attempt
 // and a later due, so the latest due per attempt is the one that was sent.
 func (r *scenarioRun) lateness(ctx context.Context) error {
-	policy := tiers.DefaultPolicy()
+	policy := r.policy
 	var topics []string
 	for _, t := range r.names.Inputs(&policy) {
 		if src, err := r.names.Parse(t, &policy); err == nil && src.Retry {

@@ -23,6 +23,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tierpush/tierpush/internal/configfile"
+	"github.com/tierpush/tierpush/tiers"
 )
 
 func main() {
@@ -60,6 +63,11 @@ type config struct {
 	ProcessorEnv   []string
 	// Tag names a variant: results and charts go to <scenario>-<tag>.
 	Tag string
+	// Config is the processor's --config file, given to `processor broker`
+	// and `processor run`; Policy are its ladders (the defaults without
+	// one), which tell the bench the retry topics.
+	Config string
+	Policy tiers.Policy
 }
 
 func defaultConfig() config {
@@ -73,6 +81,7 @@ func defaultConfig() config {
 		RSSHold:     70 * time.Second,
 		VerifyEvery: 100,
 		Timeout:     6 * time.Minute,
+		Policy:      tiers.DefaultPolicy(),
 	}
 }
 
@@ -109,6 +118,7 @@ func (c *config) register(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&c.Tag, "tag", c.Tag, "name of a variant run: results and charts are written as <scenario>-<tag>")
+	fs.StringVar(&c.Config, "config", c.Config, "the processor's --config YAML (ladders, pacing, flags), for `processor broker` and `processor run`")
 }
 
 var allScenarios = []string{"a", "b", "c", "d", "e"}
@@ -173,6 +183,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	if cfg.Config != "" {
+		f, err := configfile.Read(cfg.Config)
+		if err != nil {
+			return fmt.Errorf("--config %s: %w", cfg.Config, err)
+		}
+		cfg.Policy = f.Tiers
 	}
 	b, err := newBench(ctx, cfg, stderr)
 	if err != nil {

@@ -9,14 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/peterbourgon/ff/v3"
-	"github.com/peterbourgon/ff/v3/ffyaml"
-
 	"github.com/tierpush/tierpush/internal/admin"
 	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/telemetry"
+	"github.com/tierpush/tierpush/tiers"
 	"github.com/tierpush/tierpush/topology"
 )
 
@@ -78,6 +76,9 @@ type Config struct {
 
 	Topics admin.Spec
 	Pacing pacing.Config
+	// Tiers are the retry ladders: the config file's tiers: over the
+	// defaults (there are no flags for them).
+	Tiers tiers.Policy
 
 	// Security (security.go, kafka.go).
 	Files     secretFiles
@@ -107,6 +108,7 @@ func DefaultConfig() Config {
 		CommitInterval: pc.CommitInterval,
 		Topics:         admin.DefaultSpec(),
 		Pacing:         pc.Pacing,
+		Tiers:          tiers.DefaultPolicy(),
 	}
 }
 
@@ -192,27 +194,6 @@ func registerTopicFlags(fs *flag.FlagSet, s *admin.Spec) {
 	})
 	fs.DurationVar(&s.Retention, "retention", s.Retention, "retention of tier, retry, gone and outcome topics")
 	fs.DurationVar(&s.DLQRetention, "dlq-retention", s.DLQRetention, "retention of the DLQ")
-}
-
-// parseFlags reads args, then TIERPUSH_* env vars, then --config.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	fs.String("config", "", "YAML file with the same keys as the flags")
-	err := ff.Parse(fs, args,
-		ff.WithEnvVarPrefix("TIERPUSH"),
-		ff.WithEnvVarSplit(","),
-		ff.WithConfigFileFlag("config"),
-		ff.WithConfigFileParser(ffyaml.Parser),
-	)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError(err)
-	}
-	if fs.NArg() > 0 {
-		return usageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
-	}
-	return nil
 }
 
 // finish applies the VAPID_* env fallbacks and checks the whole config.
@@ -307,6 +288,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Pacing.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Tiers.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.validateSecurity(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -382,5 +383,34 @@ func TestTopicsEnsureCommand(t *testing.T) {
 		if n := len(details[topic].Partitions); n != 3 {
 			t.Errorf("%s has %d partitions after the drift run, want the original 3", topic, n)
 		}
+	}
+}
+
+// TestTopicsEnsureFollowsConfig: topics ensure reads the ladders from the
+// same --config file as the processor, and creates their step topics
+// (push.tier2.retry-1s, push.tier2.retry-5s); its partitions come from the
+// file too, unless a flag says otherwise.
+func TestTopicsEnsureFollowsConfig(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	config := writeConfig(t, "brokers: ["+c.ListenAddrs()[0]+"]\npartitions: 2\nmax-in-flight: 64\n"+
+		"tiers:\n  tier2:\n    steps: [1s, 5s]\n    max_attempts: 3\n    weight: 3\npacing:\n  cut_rate: 0.05\n")
+	code, stdout, stderr := runBinary(t, 30*time.Second, nil, "topics", "ensure", "--config", config)
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	policy := tiers.DefaultPolicy()
+	policy.Tier2.Steps = []time.Duration{time.Second, 5 * time.Second}
+	names := topology.Names{Prefix: "push."}
+	for _, topic := range names.All(&policy) {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(topic) + ` +2 partitions +created$`).MatchString(stdout) {
+			t.Errorf("%s not created with 2 partitions:\n%s", topic, stdout)
+		}
+	}
+	if strings.Contains(stdout, "push.tier2.retry-8s") {
+		t.Errorf("created a step of the default tier2 ladder:\n%s", stdout)
 	}
 }

@@ -309,7 +309,8 @@ func runDLQRedrive(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.StringVar(&o.Group, "group", o.Group, "consumer group whose committed offsets on the DLQ are the redrive's position; records passed over are committed past for this group")
 	fs.BoolVar(&o.IncludeBadSignature, "include-bad-signature", false, "also redrive records dead-lettered as bad_signature (possibly forged or tampered with)")
 	quiet := fs.Bool("quiet", false, "no progress bar (there is none either when stderr is not a terminal)")
-	if err := parseFlags(fs, args); err != nil {
+	// The config file's group: is the processor's, never the redrive's.
+	if err := parseFlags(fs, args, notFromFile("group")); err != nil {
 		return err
 	}
 	f, err := sel.filter(time.Now())

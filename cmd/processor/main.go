@@ -127,7 +127,9 @@ func printHelp(w io.Writer) {
        processor version           the version, commit and Go version
 
 Every flag also reads TIERPUSH_<FLAG> (--max-in-flight: TIERPUSH_MAX_IN_FLIGHT) and the
---config YAML file's key of the same name. "processor <subcommand> --help" lists its flags.
+--config YAML file's key of the same name; the file also holds the retry ladders (tiers:) and
+pacing: (cut_rate: sets --pacing-cut-rate). A flag wins over its variable, which wins over the
+file. "processor <subcommand> --help" lists its flags.
 Exit codes: 0 clean shutdown, 2 bad configuration (the message names the flag), 1 failure.
 `)
 }

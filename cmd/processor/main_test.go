@@ -151,6 +151,14 @@ func TestExitCodes(t *testing.T) {
 		{"dlq help", []string{"dlq", "--help"}, nil, 0, ""},
 		{"topics help", []string{"topics", "--help"}, nil, 0, ""},
 		{"run help names env vars", []string{"run", "--help"}, nil, 0, "TIERPUSH_MAX_IN_FLIGHT"},
+		{"bad duration says what it wants", []string{"--send-timeout", "abc"}, nil, 2, `--send-timeout: want a duration like 5s, got "abc"`},
+		{"bad int says what it wants", []string{"--max-in-flight", "many"}, nil, 2, "--max-in-flight: want a whole number"},
+		{"bad float says what it wants", []string{"--pacing-cut-rate", "high"}, nil, 2, "--pacing-cut-rate: want a number like 0.05"},
+		{"bad bool says what it wants", []string{"--dev=maybe"}, nil, 2, "--dev: want true or false"},
+		{"bad env duration names the variable and the flag", nil, []string{"TIERPUSH_DRAIN_TIMEOUT=soon"}, 2, "TIERPUSH_DRAIN_TIMEOUT (--drain-timeout): want a duration like 5s"},
+		{"bad tool flag", []string{"send", "--timeout", "x"}, nil, 2, "--timeout: want a duration like 5s"},
+		{"missing config file", []string{"--config", "/nonexistent/tierpush.yaml"}, nil, 2, "--config /nonexistent/tierpush.yaml"},
+		{"sub help exits 0", []string{"send", "--help"}, nil, 0, "TIERPUSH_TIMEOUT"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,6 +177,9 @@ func TestExitCodes(t *testing.T) {
 			}
 			if !strings.Contains(stderr.String(), tt.wantErr) {
 				t.Errorf("stderr %q does not name %q", &stderr, tt.wantErr)
+			}
+			if code == 2 && strings.Contains(stderr.String(), "usage of") {
+				t.Errorf("a configuration error printed the usage page:\n%s", &stderr)
 			}
 		})
 	}

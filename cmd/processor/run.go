@@ -25,7 +25,6 @@ import (
 	"github.com/tierpush/tierpush/internal/broker"
 	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/event"
-	"github.com/tierpush/tierpush/internal/netguard"
 	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/telemetry"
@@ -38,7 +37,7 @@ func runProcessor(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	cfg := DefaultConfig()
 	fs := newFlagSet("processor run", stderr)
 	cfg.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args, withTiers(&cfg.Tiers)); err != nil {
 		return err
 	}
 	fs.Visit(func(f *flag.Flag) { cfg.Embedded = cfg.Embedded || f.Name == "embedded-addr" })
@@ -56,7 +55,7 @@ func runProcessor(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // the running processor (the dev mode's status table reads it).
 func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeline.Processor)) error {
 	names := topology.Names{Prefix: cfg.TopicPrefix}
-	policy := tiers.DefaultPolicy()
+	policy := cfg.Tiers
 
 	if len(cfg.Brokers) == 0 {
 		c, err := broker.Start(broker.Config{Addr: cfg.EmbeddedAddr, DataDir: cfg.DataDir, Partitions: int(cfg.Topics.Partitions)}, log)
@@ -82,10 +81,14 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	if err := ensureTopics(ctx, kopts, names, &policy, cfg.Topics, log); err != nil {
 		return err
 	}
-
-	guard, err := netguard.New(cfg.guardOptions()...)
+	dropped, err := droppedSteps(ctx, kopts, names, &policy, cfg.Group, log)
 	if err != nil {
-		return usageError(fmt.Errorf("endpoint policy: %w", err))
+		return err
+	}
+
+	guard, err := cfg.Endpoints.guard(cfg.AllowInsecure)
+	if err != nil {
+		return usageError(err)
 	}
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	hc := dispatch.NewHTTPClient(dispatch.HTTPConfig{DialContext: guard.DialContext(dialer), SendTimeout: cfg.SendTimeout})
@@ -109,6 +112,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	pc := pipeline.DefaultConfig()
 	pc.Names = names
 	pc.Policy = policy
+	pc.ExtraInputs = dropped
 	pc.Group = cfg.Group
 	pc.MaxInFlight = cfg.MaxInFlight
 	pc.MaxHeld = cfg.MaxHeld
@@ -185,7 +189,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	if ready != nil {
 		ready(p)
 	}
-	log.Info("processor running", "brokers", cfg.Brokers, "group", cfg.Group, "topics", len(names.Inputs(&policy)))
+	log.Info("processor running", "brokers", cfg.Brokers, "group", cfg.Group, "topics", len(names.Inputs(&policy))+len(dropped))
 	if err := p.Run(ctx); err != nil {
 		return err
 	}
@@ -216,6 +220,30 @@ func ensureTopics(ctx context.Context, kopts []kgo.Opt, names topology.Names, p 
 		}
 	}
 	return nil
+}
+
+// droppedSteps are the retry topics of steps no longer on a ladder that
+// still hold records the group has not consumed: the pipeline consumes them
+// too, so that changing a ladder loses nothing that waits on an old step.
+func droppedSteps(ctx context.Context, kopts []kgo.Opt, names topology.Names, p *tiers.Policy, group string, log *slog.Logger) ([]string, error) {
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	steps, err := admin.DroppedSteps(ctx, kadm.NewClient(cl), names, p, group)
+	if err != nil {
+		return nil, fmt.Errorf("find steps dropped from the ladders: %w", err)
+	}
+	var topics []string
+	for _, s := range steps {
+		log.Info("consuming a step dropped from its ladder until it is empty; its records continue on the current ladder",
+			"topic", s.Topic, "records", s.Pending)
+		topics = append(topics, s.Topic)
+	}
+	return topics, nil
 }
 
 // serveHTTP serves /healthz, /readyz and /metrics.

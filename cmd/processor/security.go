@@ -34,19 +34,57 @@ func (c *Config) registerSecurityFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Files.VAPIDPrivateKey, "vapid-private-key-file", "", "file holding the VAPID private key (instead of --vapid-private-key)")
 	fs.StringVar(&c.Files.HMACKey, "hmac-key-file", "", "file holding the push-sig key (instead of --hmac-key)")
 	fs.Var(&c.Files.HMACKeysOld, "hmac-key-old-file", "file holding an older push-sig key still accepted (rotation); repeatable")
-	fs.Var(&c.Endpoints.AllowHosts, "endpoint-allow-host", "strict mode: only endpoints on this host or *.suffix are sent to; repeatable (default: any public host)")
-	fs.BoolVar(&c.Endpoints.AllowDefaultHosts, "endpoint-allow-default-hosts", false, "strict mode with the public push services: FCM, Mozilla autopush, Apple, WNS (adds to --endpoint-allow-host)")
+	c.Endpoints.register(fs)
+	c.Kafka.register(fs)
+}
+
+// register declares the endpoint policy's flags (the processor's and
+// send's).
+func (e *endpointPolicy) register(fs *flag.FlagSet) {
+	fs.Var(&e.AllowHosts, "endpoint-allow-host", "strict mode: only endpoints on this host or *.suffix are sent to; repeatable (default: any public host)")
+	fs.BoolVar(&e.AllowDefaultHosts, "endpoint-allow-default-hosts", false, "strict mode with the public push services: FCM, Mozilla autopush, Apple, WNS (adds to --endpoint-allow-host)")
 	fs.Func("endpoint-allow-port", "port endpoints may use besides 443; repeatable", func(v string) error {
 		for _, s := range splitList(v) {
 			p, err := strconv.Atoi(s)
 			if err != nil || p < 1 || p > 65535 {
 				return fmt.Errorf("%q, want a port 1..65535", s)
 			}
-			c.Endpoints.AllowPorts = append(c.Endpoints.AllowPorts, p)
+			e.AllowPorts = append(e.AllowPorts, p)
 		}
 		return nil
 	})
-	c.Kafka.register(fs)
+}
+
+// validate checks the host patterns, each error naming the flag.
+func (e *endpointPolicy) validate() error {
+	var errs []error
+	for _, h := range e.AllowHosts {
+		if _, err := netguard.New(netguard.AllowHosts(h)); err != nil {
+			errs = append(errs, fmt.Errorf("--endpoint-allow-host: %q, want a host name or *.suffix", truncateFlag(h)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// guard is the SSRF policy of the flags: e with --allow-insecure-endpoint
+// entries.
+func (e *endpointPolicy) guard(allowInsecure []string) (*netguard.Policy, error) {
+	opts := []netguard.Option{netguard.AllowInsecure(allowInsecure...)}
+	hosts := append([]string(nil), e.AllowHosts...)
+	if e.AllowDefaultHosts {
+		hosts = append(hosts, netguard.DefaultPushHosts()...)
+	}
+	if len(hosts) > 0 {
+		opts = append(opts, netguard.AllowHosts(hosts...))
+	}
+	if len(e.AllowPorts) > 0 {
+		opts = append(opts, netguard.AllowPorts(append([]int{443}, e.AllowPorts...)...))
+	}
+	p, err := netguard.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint policy: %w", err)
+	}
+	return p, nil
 }
 
 func splitList(v string) []string {
@@ -114,10 +152,8 @@ func readHMACFile(name, path string) (string, error) {
 // validateSecurity checks the endpoint policy and Kafka security flags.
 func (c *Config) validateSecurity() error {
 	var errs []error
-	for _, h := range c.Endpoints.AllowHosts {
-		if _, err := netguard.New(netguard.AllowHosts(h)); err != nil {
-			errs = append(errs, fmt.Errorf("--endpoint-allow-host: %q, want a host name or *.suffix", truncateFlag(h)))
-		}
+	if err := c.Endpoints.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Kafka.enabled() && (len(c.Brokers) == 0 || c.Dev) {
 		errs = append(errs, errors.New("--kafka-tls/--kafka-sasl-*: need --brokers; the embedded broker speaks plaintext on loopback only"))
@@ -125,22 +161,6 @@ func (c *Config) validateSecurity() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// guardOptions is the SSRF policy the flags ask for.
-func (c *Config) guardOptions() []netguard.Option {
-	opts := []netguard.Option{netguard.AllowInsecure(c.AllowInsecure...)}
-	hosts := append([]string(nil), c.Endpoints.AllowHosts...)
-	if c.Endpoints.AllowDefaultHosts {
-		hosts = append(hosts, netguard.DefaultPushHosts()...)
-	}
-	if len(hosts) > 0 {
-		opts = append(opts, netguard.AllowHosts(hosts...))
-	}
-	if len(c.Endpoints.AllowPorts) > 0 {
-		opts = append(opts, netguard.AllowPorts(append([]int{443}, c.Endpoints.AllowPorts...)...))
-	}
-	return opts
 }
 
 func decodeB64URL(s string) ([]byte, error) {

@@ -20,7 +20,6 @@ import (
 
 	"github.com/tierpush/tierpush/internal/broker"
 	"github.com/tierpush/tierpush/internal/event"
-	"github.com/tierpush/tierpush/internal/netguard"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/internal/testenv"
 )
@@ -133,7 +132,7 @@ func TestKafkaTLSSCRAM(t *testing.T) {
 		"--kafka-sasl-mechanism", user.Method, "--kafka-sasl-user", user.Name, "--kafka-sasl-password-file", pwFile}
 	kafkaEnv := []string{"TIERPUSH_BROKERS=" + env.Brokers[0], "TIERPUSH_KAFKA_TLS_CA=" + files.CA, "TIERPUSH_KAFKA_TLS_CERT=" + files.Cert,
 		"TIERPUSH_KAFKA_TLS_KEY=" + files.Key, "TIERPUSH_KAFKA_SASL_MECHANISM=" + user.Method, "TIERPUSH_KAFKA_SASL_USER=" + user.Name,
-		"TIERPUSH_KAFKA_SASL_PASSWORD=" + user.Password}
+		"TIERPUSH_KAFKA_SASL_PASSWORD=" + user.Password, "TIERPUSH_ALLOW_INSECURE_ENDPOINT=" + env.SimAddr}
 
 	code, stdout, stderr := runTool(t, "", nil, append([]string{"topics", "ensure", "--partitions", "4"}, kafkaArgs...)...)
 	if code != 0 || !strings.Contains(stdout, "push.outcomes") {
@@ -334,9 +333,7 @@ func TestGuardOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := DefaultConfig()
-			c.Endpoints, c.AllowInsecure = tt.policy, tt.insecure
-			p, err := netguard.New(c.guardOptions()...)
+			p, err := tt.policy.guard(tt.insecure)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/tierpush/tierpush/internal/broker"
 	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/event"
+	"github.com/tierpush/tierpush/internal/netguard"
 	"github.com/tierpush/tierpush/internal/pushsim"
 	"github.com/tierpush/tierpush/tiers"
 	"github.com/tierpush/tierpush/topology"
@@ -73,7 +74,7 @@ func runBroker(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text or json")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	registerTopicFlags(fs, &cfg.Topics)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args, withTiers(&cfg.Tiers)); err != nil {
 		return err
 	}
 	if err := cfg.Topics.Validate(); err != nil {
@@ -85,8 +86,7 @@ func runBroker(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	defer c.Close()
-	policy := tiers.DefaultPolicy()
-	if err := ensureTopics(ctx, []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, topology.Names{Prefix: cfg.TopicPrefix}, &policy, cfg.Topics, log); err != nil {
+	if err := ensureTopics(ctx, []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, topology.Names{Prefix: cfg.TopicPrefix}, &cfg.Tiers, cfg.Topics, log); err != nil {
 		return err
 	}
 	<-ctx.Done()
@@ -137,8 +137,21 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	topic := fs.String("topic", "", "RFC 8030 topic (collapse key)")
 	app := fs.String("app", "", "the app whose VAPID identity signs it (--vapid-keys of the processor); default: the default identity")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the broker to take the event")
+	// The processor's endpoint policy, so that send refuses what the
+	// processor would dead-letter as endpoint_blocked.
+	var insecure listFlag
+	var endpoints endpointPolicy
+	fs.Var(&insecure, "allow-insecure-endpoint", "host:port that may be reached over http or on a private address (tests, the simulator); repeatable")
+	endpoints.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if err := endpoints.validate(); err != nil {
+		return usageError(err)
+	}
+	guard, err := endpoints.guard(insecure)
+	if err != nil {
+		return usageError(err)
 	}
 	if *timeout <= 0 {
 		return usageError(fmt.Errorf("--timeout: %s, want a positive duration like 10s", *timeout))
@@ -185,10 +198,16 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return usageError(fmt.Errorf("--file: %w", err))
 	}
-	// Check it here so a typo fails now, not in the DLQ; no endpoint
-	// policy: the processor applies its own.
-	ev, err := event.Decode(value, time.Now(), event.DefaultRules())
-	if err != nil {
+	// Check it here as the processor will, so a typo or a blocked
+	// endpoint fails now, not in the DLQ.
+	rules := event.DefaultRules()
+	rules.Guard = guard
+	ev, err := event.Decode(value, time.Now(), rules)
+	var blocked *netguard.BlockedError
+	switch {
+	case errors.As(err, &blocked):
+		return usageError(fmt.Errorf("event: %w: the processor would dead-letter it as endpoint_blocked (a test server or the simulator: --allow-insecure-endpoint host:port)", err))
+	case err != nil:
 		return usageError(fmt.Errorf("event: %w", err))
 	}
 	cl, err := k.client()
@@ -219,11 +238,12 @@ func runTopics(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError(errors.New("usage: processor topics ensure [flags]"))
 	}
 	var k kafkaFlags
+	var policy tiers.Policy
 	spec := admin.DefaultSpec()
 	fs := newFlagSet("processor topics ensure", stderr)
 	k.register(fs)
 	registerTopicFlags(fs, &spec)
-	if err := parseFlags(fs, args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:], withTiers(&policy)); err != nil {
 		return err
 	}
 	if err := spec.Validate(); err != nil {
@@ -234,7 +254,6 @@ func runTopics(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer cl.Close()
-	policy := tiers.DefaultPolicy()
 	states, err := admin.Ensure(ctx, kadm.NewClient(cl), k.names(), &policy, spec)
 	if err != nil {
 		return err

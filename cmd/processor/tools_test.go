@@ -66,7 +66,7 @@ func TestSend(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			code, stdout, stderr := runTool(t, tt.stdin, nil, append([]string{"send", "--brokers", brokers}, tt.args...)...)
+			code, stdout, stderr := runTool(t, tt.stdin, nil, append([]string{"send", "--brokers", brokers, "--allow-insecure-endpoint", env.SimAddr}, tt.args...)...)
 			if code != 0 {
 				t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 			}
@@ -96,7 +96,13 @@ func TestSend(t *testing.T) {
 }
 
 func TestSendRefusesBadEvents(t *testing.T) {
-	sub := testenv.Start(t, testenv.Options{NoProcessor: true}).Sim.Subscribe()
+	env := testenv.Start(t, testenv.Options{NoProcessor: true})
+	sub := env.Sim.Subscribe()
+	allow := "--allow-insecure-endpoint=" + env.SimAddr
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(config, []byte("allow-insecure-endpoint: ["+env.SimAddr+"]\nendpoint-allow-default-hosts: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	if err := os.WriteFile(bad, []byte(`{"id":"x","subscription":{"endpoint":"https://fcm.googleapis.com/x"}}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -107,13 +113,20 @@ func TestSendRefusesBadEvents(t *testing.T) {
 		want string
 	}{
 		{"no endpoint", []string{"--p256dh", sub.P256dh, "--auth", sub.Auth}, "subscription.endpoint"},
-		{"short auth", []string{"--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", "c2hvcnQ"}, "subscription.keys.auth"},
-		{"bad urgency", []string{"--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", sub.Auth, "--urgency", "asap"}, "urgency"},
+		{"short auth", []string{allow, "--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", "c2hvcnQ"}, "subscription.keys.auth"},
+		{"bad urgency", []string{allow, "--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", sub.Auth, "--urgency", "asap"}, "urgency"},
 		{"file without keys", []string{"--file", bad}, "subscription.keys"},
 		{"missing file", []string{"--file", filepath.Join(t.TempDir(), "none.json")}, "--file"},
 		{"bad tier", []string{"--tier", "tier0"}, "--tier"},
 		{"bad app", []string{"--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", sub.Auth, "--app", "shop/eu"}, "--app"},
 		{"app beside a file", []string{"--file", bad, "--app", "shop"}, "--app"},
+		// The endpoint guard runs as in the processor.
+		{"loopback endpoint", []string{"--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", sub.Auth}, "--allow-insecure-endpoint"},
+		{"private address", []string{"--endpoint", "https://10.0.0.7/push/1", "--p256dh", sub.P256dh, "--auth", sub.Auth}, "endpoint_blocked"},
+		{"metadata address", []string{"--endpoint", "https://169.254.169.254/latest", "--p256dh", sub.P256dh, "--auth", sub.Auth}, "endpoint_blocked"},
+		{"plain http", []string{"--endpoint", "http://push.example.com/x", "--p256dh", sub.P256dh, "--auth", sub.Auth}, "endpoint_blocked"},
+		{"strict hosts from the config file", []string{"--config", config, "--endpoint", "https://push.example.com/x", "--p256dh", sub.P256dh, "--auth", sub.Auth}, "endpoint_blocked"},
+		{"bad allowed host", []string{"--endpoint-allow-host", "a b", "--endpoint", sub.Endpoint}, "--endpoint-allow-host"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,6 +139,31 @@ func TestSendRefusesBadEvents(t *testing.T) {
 				t.Errorf("stderr holds key material:\n%s", stderr)
 			}
 		})
+	}
+}
+
+// send reads the processor's config file: its brokers, prefix and endpoint
+// policy apply, its keys send has no flag for (tiers:, pacing:, the
+// processor's tuning) are ignored, and flags still win over it.
+func TestSendReadsConfigFile(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{NoProcessor: true})
+	sub := env.Sim.Subscribe()
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	yaml := "brokers: [" + env.Brokers[0] + "]\nallow-insecure-endpoint: [" + env.SimAddr + "]\nmax-in-flight: 64\n" +
+		"tiers:\n  tier2:\n    steps: [1s, 5s]\n    max_attempts: 3\n    weight: 3\npacing:\n  cut_rate: 0.05\n  open_for: 10s\n"
+	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runTool(t, "", nil, "send", "--config", config, "--tier", "tier2", "--id", "evt-config",
+		"--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", sub.Auth, "--payload", "x")
+	if code != 0 || !strings.HasPrefix(stdout, "produced evt-config to push.tier2/") {
+		t.Fatalf("exit %d, stdout %q; stderr:\n%s", code, stdout, stderr)
+	}
+	// A flag wins over the file: no broker answers there.
+	code, _, stderr = runTool(t, "", nil, "send", "--config", config, "--brokers", "127.0.0.1:1", "--timeout", "1s",
+		"--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", sub.Auth, "--payload", "x")
+	if code != 1 || !strings.Contains(stderr, "127.0.0.1:1") {
+		t.Errorf("with --brokers over the file: exit %d, want 1 naming 127.0.0.1:1; stderr:\n%s", code, stderr)
 	}
 }
 
@@ -188,8 +226,9 @@ func TestVAPID(t *testing.T) {
 // send against a broker nobody answers on gives up after --timeout with an
 // error that says so, exit 1, instead of waiting for ever.
 func TestSendDeadline(t *testing.T) {
-	sub := testenv.Start(t, testenv.Options{NoProcessor: true}).Sim.Subscribe()
-	code, _, stderr := runTool(t, "", nil, "send", "--brokers", "127.0.0.1:1", "--timeout", "1s",
+	env := testenv.Start(t, testenv.Options{NoProcessor: true})
+	sub := env.Sim.Subscribe()
+	code, _, stderr := runTool(t, "", nil, "send", "--brokers", "127.0.0.1:1", "--timeout", "1s", "--allow-insecure-endpoint", env.SimAddr,
 		"--endpoint", sub.Endpoint, "--p256dh", sub.P256dh, "--auth", sub.Auth, "--payload", "x")
 	if code != 1 || !strings.Contains(stderr, "--timeout") {
 		t.Fatalf("exit %d, want 1 naming --timeout; stderr:\n%s", code, stderr)

@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,9 +44,13 @@ type Hooks interface {
 // Config tunes a Consumer; see pipeline.Config for the meaning and
 // defaults of each.
 type Config struct {
-	Group       string
-	Names       topology.Names
-	Policy      tiers.Policy
+	Group  string
+	Names  topology.Names
+	Policy tiers.Policy
+	// ExtraInputs are retry topics of steps dropped from the ladder
+	// (topology.Names.ParseDropped): consumed as retry topics of their
+	// tier, held until due, counted in its budget; their records continue
+	// on the current ladder. Any other topic is refused.
 	ExtraInputs []string
 	MaxInFlight int
 	MaxHeld     int
@@ -80,6 +86,8 @@ type Consumer struct {
 	pickups, latePickups atomic.Int64
 	tierPause            topicPause // Run's alone (pollContext)
 
+	dropped map[string]topology.Source // ExtraInputs, parsed once
+
 	mu    sync.Mutex
 	parts map[topicPart]*worker // partitions.go
 	// records counts every record goroutine, so Run returns after the
@@ -98,7 +106,7 @@ type topicPart struct {
 // New returns a Consumer whose group client adds the group options to
 // kopts (seed brokers, TLS, SASL, hooks, dialer and so on).
 func New(cfg Config, log *slog.Logger, h Handler, hooks Hooks, kopts []kgo.Opt) (*Consumer, error) {
-	c := &Consumer{cfg: cfg, log: log, h: h, hooks: hooks, parts: make(map[topicPart]*worker)}
+	c := &Consumer{cfg: cfg, log: log, h: h, hooks: hooks, parts: make(map[topicPart]*worker), dropped: make(map[string]topology.Source)}
 	weights := [3]int{}
 	for i, t := range tiers.All {
 		weights[i] = cfg.Policy.Ladder(t).Weight
@@ -109,10 +117,19 @@ func New(cfg Config, log *slog.Logger, h Handler, hooks Hooks, kopts []kgo.Opt) 
 		c.budgets[i] = b
 		c.tierPause.topics = append(c.tierPause.topics, cfg.Names.Tier(t))
 	}
+	for _, topic := range cfg.ExtraInputs {
+		src, err := cfg.Names.ParseDropped(topic, &cfg.Policy)
+		if err != nil {
+			return nil, fmt.Errorf("extra input: %w", err)
+		}
+		c.dropped[topic] = src
+		b := c.budgets[src.Tier.Index()]
+		b.topics = append(b.topics, topic)
+	}
 	c.window = newWindow(cfg.MaxInFlight, weights, c.startOne)
 	kopts = append(kopts[:len(kopts):len(kopts)],
 		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(append(cfg.Names.Inputs(&cfg.Policy), cfg.ExtraInputs...)...),
+		kgo.ConsumeTopics(append(cfg.Names.Inputs(&cfg.Policy), slices.Collect(maps.Keys(c.dropped))...)...),
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(cfg.CommitInterval),
 		// Every commit the client makes, automatic or on a hand-off,

@@ -27,11 +27,14 @@ func (c *Consumer) assigned(ctx context.Context, cl *kgo.Client, m map[string][]
 	c.joined.Store(true)
 	prior := c.loadFinished(ctx, cl, m)
 	for topic, parts := range m {
-		src, err := c.cfg.Names.Parse(topic, &c.cfg.Policy)
-		if err != nil {
-			// Cannot happen: we consume only our own topics.
-			c.log.Error("unexpected topic", "topic", topic, "err", err)
-			continue
+		src, ok := c.dropped[topic]
+		if !ok {
+			var err error
+			if src, err = c.cfg.Names.Parse(topic, &c.cfg.Policy); err != nil {
+				// Cannot happen: we consume only our own topics.
+				c.log.Error("unexpected topic", "topic", topic, "err", err)
+				continue
+			}
 		}
 		for _, part := range parts {
 			k := topicPart{topic, part}

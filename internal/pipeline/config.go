@@ -34,9 +34,10 @@ type Config struct {
 	Policy tiers.Policy
 	Group  string
 	Rules  event.Rules
-	// ExtraInputs are topics consumed besides the ladder's, such as the
-	// retry topics of steps dropped from a ladder: their records continue
-	// on the current ladder.
+	// ExtraInputs are the retry topics of steps dropped from a ladder
+	// (admin.DroppedSteps finds those that still hold records), consumed
+	// besides the ladder's until the processor restarts: their records
+	// continue on the current ladder. Nothing else may be listed.
 	ExtraInputs []string
 	// MaxInFlight bounds the records being sent or awaiting their produce
 	// acknowledgements across all partitions. Default 1024.

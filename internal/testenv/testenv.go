@@ -85,6 +85,9 @@ type Options struct {
 	// Apps are named apps given a VAPID identity each (Env.Apps), beside
 	// the default one (Env.VAPID), as --vapid-keys gives them.
 	Apps []string
+	// Policy are the retry ladders (Env.Policy): the topics are created
+	// for them and the processor follows them. Default tiers.DefaultPolicy.
+	Policy *tiers.Policy
 }
 
 // Env is a running pipeline.
@@ -125,6 +128,9 @@ func Start(tb testing.TB, o Options) *Env {
 		w = io.Discard
 	}
 	e := &Env{tb: tb, Names: topology.Names{Prefix: topology.DefaultPrefix}, Policy: tiers.DefaultPolicy(), opts: o}
+	if o.Policy != nil {
+		e.Policy = *o.Policy
+	}
 	level := o.LogLevel
 	if level == nil {
 		level = slog.LevelWarn
@@ -212,17 +218,32 @@ func Start(tb testing.TB, o Options) *Env {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(e.Client.Close)
-	spec := admin.DefaultSpec()
-	spec.Partitions = int32(o.Partitions)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := admin.Ensure(ctx, kadmClient(e.Client), e.Names, &e.Policy, spec); err != nil {
-		tb.Fatalf("ensure topics: %v", err)
-	}
+	e.ensureTopics()
 	if !o.NoProcessor {
 		e.StartProcessor()
 	}
 	return e
+}
+
+// ensureTopics creates the topics of the Env's ladders.
+func (e *Env) ensureTopics() {
+	e.tb.Helper()
+	spec := admin.DefaultSpec()
+	spec.Partitions = int32(e.opts.Partitions)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := admin.Ensure(ctx, kadmClient(e.Client), e.Names, &e.Policy, spec); err != nil {
+		e.tb.Fatalf("ensure topics: %v", err)
+	}
+}
+
+// SetPolicy changes the ladders, as a new --config would: the topics of
+// their steps are created, and the next StartProcessor follows them (and
+// consumes the steps dropped from them that still hold records).
+func (e *Env) SetPolicy(p tiers.Policy) {
+	e.tb.Helper()
+	e.Policy = p
+	e.ensureTopics()
 }
 
 // KafkaOpts are the options of every Kafka client of the Env: seed brokers,
@@ -288,6 +309,7 @@ func (e *Env) PipelineConfig() pipeline.Config {
 		e.tb.Fatal(err)
 	}
 	pc.Rules.Guard = guard
+	pc.Policy = e.Policy
 	if e.opts.Pipeline != nil {
 		e.opts.Pipeline(&pc)
 	}
@@ -298,6 +320,7 @@ func (e *Env) PipelineConfig() pipeline.Config {
 func (e *Env) StartProcessor() *pipeline.Processor {
 	e.tb.Helper()
 	pc := e.PipelineConfig()
+	pc.ExtraInputs = append(pc.ExtraInputs, e.droppedSteps(pc)...)
 	hcfg := e.HTTPClient()
 	if e.opts.GuardDial {
 		if e.VN != nil {
@@ -328,6 +351,23 @@ func (e *Env) StartProcessor() *pipeline.Processor {
 	go func() { e.done <- p.Run(ctx) }()
 	e.tb.Cleanup(func() { e.StopProcessor() })
 	return p
+}
+
+// droppedSteps are the steps no longer on pc's ladders that still hold
+// records for its group, as the processor command finds them at start.
+func (e *Env) droppedSteps(pc pipeline.Config) []string {
+	e.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	steps, err := admin.DroppedSteps(ctx, kadmClient(e.Client), pc.Names, &pc.Policy, pc.Group)
+	if err != nil {
+		e.tb.Fatalf("dropped steps: %v", err)
+	}
+	var topics []string
+	for _, s := range steps {
+		topics = append(topics, s.Topic)
+	}
+	return topics
 }
 
 // Processor is the running processor.
