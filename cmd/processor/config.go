@@ -74,8 +74,9 @@ type Config struct {
 	RetryJitter    float64
 	CommitInterval time.Duration
 
-	Topics admin.Spec
-	Pacing pacing.Config
+	Topics      admin.Spec
+	Pacing      pacing.Config
+	SharePacing bool
 	// Tiers are the retry ladders: the config file's tiers: over the
 	// defaults (there are no flags for them).
 	Tiers tiers.Policy
@@ -108,6 +109,7 @@ func DefaultConfig() Config {
 		CommitInterval: pc.CommitInterval,
 		Topics:         admin.DefaultSpec(),
 		Pacing:         pc.Pacing,
+		SharePacing:    pc.SharePacing,
 		Tiers:          tiers.DefaultPolicy(),
 	}
 }
@@ -141,36 +143,45 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.RetryJitter, "retry-jitter", c.RetryJitter, "share of a retry step added at random to spread retries (0..1)")
 	fs.DurationVar(&c.CommitInterval, "commit-interval", c.CommitInterval, "how often finished offsets are committed (bounds re-sends after a crash)")
 	registerTopicFlags(fs, &c.Topics)
-	registerPacingFlags(fs, &c.Pacing)
+	registerPacingFlags(fs, &c.Pacing, &c.SharePacing)
 	c.registerSecurityFlags(fs)
 }
 
-func registerPacingFlags(fs *flag.FlagSet, p *pacing.Config) {
+func registerPacingFlags(fs *flag.FlagSet, p *pacing.Config, share *bool) {
 	fs.BoolVar(&p.Enabled, "pacing", p.Enabled, "adaptive pacing per push service (false sends as fast as the window allows)")
-	fs.DurationVar(&p.Window, "pacing-window", p.Window, "rolling window of the 429 share")
-	fs.Float64Var(&p.CutRate, "pacing-cut-rate", p.CutRate, "429 share above which an origin's concurrency is cut")
-	fs.Float64Var(&p.CutFactor, "pacing-cut-factor", p.CutFactor, "what a cut keeps of the concurrency limit")
+	fs.BoolVar(share, "pacing-share", *share, "share pacing with the other processors through the push.pacing topic: a cut or pause seen by one holds for all")
+	fs.DurationVar(&p.Window, "pacing-window", p.Window, "rolling window of the reported 429 share")
+	fs.Float64Var(&p.StartRate, "pacing-start-rate", p.StartRate, "sends per second a new push service starts at (tiers 2 and 3); doubles every round trip until throttled")
+	fs.Float64Var(&p.CutRate, "pacing-cut-rate", p.CutRate, "429 share, above the origin's per-device background, that cuts its rate")
+	fs.Float64Var(&p.CutFactor, "pacing-cut-factor", p.CutFactor, "what a cut keeps of the rate the origin accepted")
 	fs.DurationVar(&p.CutCooldown, "pacing-cut-cooldown", p.CutCooldown, "least time between two cuts")
-	fs.Float64Var(&p.HaltRate, "pacing-halt-rate", p.HaltRate, "429 share above which an origin is halted (breaker open)")
-	fs.Float64Var(&p.ErrorHaltRate, "pacing-error-halt-rate", p.ErrorHaltRate, "5xx and transport error share above which an origin is halted")
-	fs.DurationVar(&p.OpenFor, "pacing-open-for", p.OpenFor, "how long a halted origin waits before half-open probes")
+	fs.Float64Var(&p.HaltRate, "pacing-halt-rate", p.HaltRate, "429 share above which an origin is also paused for its Retry-After")
+	fs.Float64Var(&p.ErrorHaltRate, "pacing-error-halt-rate", p.ErrorHaltRate, "5xx and transport error share above which an origin's breaker opens")
+	fs.DurationVar(&p.OpenFor, "pacing-open-for", p.OpenFor, "how long an open breaker waits before half-open probes")
 	fs.IntVar(&p.Probes, "pacing-probes", p.Probes, "half-open probe requests")
-	fs.IntVar(&p.MinSamples, "pacing-min-samples", p.MinSamples, "attempts a share needs before it counts")
-	fs.Float64Var(&p.Confidence, "pacing-confidence", p.Confidence, "confidence that a 429 share is above its threshold before a cut; a sender-wide pause asks for a hundredth of the doubt (0.5: the plain share for both)")
-	fs.Float64Var(&p.CalmRate, "pacing-calm-rate", p.CalmRate, "429 share below which an origin counts as calm")
-	fs.DurationVar(&p.CalmFor, "pacing-calm-for", p.CalmFor, "calm time before the limit grows")
-	fs.DurationVar(&p.RaiseEvery, "pacing-raise-every", p.RaiseEvery, "how often a calm origin's limit grows")
-	fs.Float64Var(&p.RaiseFactor, "pacing-raise-factor", p.RaiseFactor, "growth of a calm origin's limit")
-	fs.IntVar(&p.MaxLimit, "pacing-max-concurrency", p.MaxLimit, "starting and highest concurrency per push service")
+	fs.IntVar(&p.MinSamples, "pacing-min-samples", p.MinSamples, "answers a share needs before it counts")
+	fs.Float64Var(&p.Confidence, "pacing-confidence", p.Confidence, "confidence that a share is above its threshold before a cut, pause or open (Wilson lower bound; 0.5: the plain share)")
+	fs.Float64Var(&p.ProbeRate, "pacing-probe-rate", p.ProbeRate, "growth of an origin's rate per second once a cut is answered")
+	fs.DurationVar(&p.ProbeDouble, "pacing-probe-double", p.ProbeDouble, "the growth doubles this often once the origin takes more than it did")
+	fs.Float64Var(&p.ProbeMax, "pacing-probe-max", p.ProbeMax, "highest growth of an origin's rate per second")
+	fs.IntVar(&p.MaxLimit, "pacing-max-concurrency", p.MaxLimit, "highest concurrency per push service (the rate sets it below: Little's law)")
 	fs.IntVar(&p.MinLimit, "pacing-min-concurrency", p.MinLimit, "lowest concurrency per push service")
 	fs.DurationVar(&p.DefaultPause, "pacing-default-pause", p.DefaultPause, "pause after a 429 without Retry-After")
 	fs.IntVar(&p.SubPauses, "pacing-sub-pauses", p.SubPauses, "paused subscriptions remembered (LRU)")
-	fs.IntVar(&p.SenderWideSubs, "pacing-sender-wide-subs", p.SenderWideSubs, "distinct throttled subscriptions that pause a whole origin")
-	fs.DurationVar(&p.SenderWideWindow, "pacing-sender-wide-window", p.SenderWideWindow, "window of the sender-wide rule")
-	fs.Float64Var(&p.SenderWideRate, "pacing-sender-wide-rate", p.SenderWideRate, "429 share since the last pause above which the sender-wide rule pauses an origin")
 	fs.Float64Var(&p.RetryShare, "pacing-retry-share", p.RetryShare, "most of an origin's slots retries may hold while first sends wait")
-	fs.IntVar(&p.QueueLimit, "pacing-queue", p.QueueLimit, "sends waiting per origin before the lowest tier goes back to the ladder")
+	fs.IntVar(&p.QueueLimit, "pacing-queue", p.QueueLimit, "sends waiting per origin (or two seconds of its rate, if more) before the lowest tier goes back to the ladder")
 	fs.DurationVar(&p.ShedAfter, "pacing-shed-after", p.ShedAfter, "how long an origin's queue may stand still before it sheds its lowest tier")
+	// Read and ignored since the rate controller replaced the concurrency
+	// raise and the sender-wide rule; kept so that scripts and config
+	// files naming them go on working.
+	const gone = "(no longer used; accepted for old scripts)"
+	fs.Float64Var(&p.CalmRate, "pacing-calm-rate", p.CalmRate, gone)
+	fs.DurationVar(&p.CalmFor, "pacing-calm-for", p.CalmFor, gone)
+	fs.DurationVar(&p.RaiseEvery, "pacing-raise-every", p.RaiseEvery, gone)
+	fs.Float64Var(&p.RaiseFactor, "pacing-raise-factor", p.RaiseFactor, gone)
+	fs.IntVar(&p.SenderWideSubs, "pacing-sender-wide-subs", p.SenderWideSubs, gone)
+	fs.DurationVar(&p.SenderWideWindow, "pacing-sender-wide-window", p.SenderWideWindow, gone)
+	fs.Float64Var(&p.SenderWideRate, "pacing-sender-wide-rate", p.SenderWideRate, gone)
 }
 
 func registerTopicFlags(fs *flag.FlagSet, s *admin.Spec) {

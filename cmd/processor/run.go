@@ -114,6 +114,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	pc.Policy = policy
 	pc.ExtraInputs = dropped
 	pc.Group = cfg.Group
+	pc.SharePacing = cfg.SharePacing
+	pc.Instance = cfg.InstanceID
 	pc.MaxInFlight = cfg.MaxInFlight
 	pc.MaxHeld = cfg.MaxHeld
 	pc.RetryLateness = cfg.RetryLateness
