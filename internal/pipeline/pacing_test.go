@@ -26,18 +26,26 @@ var pacingReport = flag.String("pacing.report", "", "run the full-size pacing sc
 type rateLimitRun struct {
 	limit, offered, seconds int
 	pacing                  bool
+	// latency of the push service (default 15 ms ± 10 ms); processors
+	// in the group sharing it (default 1).
+	latency    time.Duration
+	processors int
+	// from is the first second measured; default a third of the run.
+	from int
 
 	share429 float64 // 429s over attempts, steady state
 	goodput  float64 // 201s per second, steady state
 	events   int
 	terminal int
 	timeline []sample
+	peers    int // the most peers one processor heard of
 }
 
 type sample struct {
 	at                  float64 // seconds since start
 	limit               float64 // pacer limit of the origin
 	sent, ok, throttled float64 // per second
+	rate                float64 // the processors' send rates together
 }
 
 // runRateLimited offers events at r.offered/s for r.seconds to one origin
@@ -48,6 +56,9 @@ func runRateLimited(t *testing.T, r *rateLimitRun) {
 		sim := pushsim.DefaultConfig()
 		sim.RateLimit, sim.Burst, sim.RetryAfter = float64(r.limit), r.limit, 1 // one second of burst
 		sim.Latency, sim.LatencyJitter = 15*time.Millisecond, 10*time.Millisecond
+		if r.latency > 0 {
+			sim.Latency, sim.LatencyJitter = r.latency, r.latency/5
+		}
 		sim.VerifyEvery = 50
 		sim.KeepDeliveries = 1
 		env := testenv.Start(t, testenv.Options{Virtual: true, Sim: &sim, Partitions: 8, Pipeline: func(pc *pipeline.Config) {
@@ -56,6 +67,11 @@ func runRateLimited(t *testing.T, r *rateLimitRun) {
 		}})
 		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Hour)
 		defer cancel()
+		procs := []*pipeline.Processor{env.Processor()}
+		for range r.processors - 1 {
+			p, _ := env.StartMember()
+			procs = append(procs, p)
+		}
 		subs := make([]pushsim.Subscription, 500)
 		for i := range subs {
 			subs[i] = env.Sim.Subscribe()
@@ -77,16 +93,21 @@ func runRateLimited(t *testing.T, r *rateLimitRun) {
 				st := env.Sim.Stats()
 				s := sample{at: time.Since(start).Seconds(), sent: float64(st.Requests - last.Requests),
 					ok: float64(st.ByStatus[201] - last.ByStatus[201]), throttled: float64(st.ByStatus[429] - last.ByStatus[429])}
-				if ls := env.Processor().Pacer().Lanes(); len(ls) > 0 {
-					s.limit = float64(ls[0].Limit)
+				for _, p := range procs {
+					for _, l := range p.Pacer().Lanes() {
+						s.limit += float64(l.Limit)
+						s.rate += l.Rate
+						r.peers = max(r.peers, l.Peers)
+					}
 				}
 				r.timeline = append(r.timeline, s)
 				last = st
 			}
 		})
 		n := 0
-		per := r.offered / 100
 		for tick := 0; tick < r.seconds*100; tick++ {
+			// The offered rate spread over ticks of 10 ms, also below 100/s.
+			per := (tick+1)*r.offered/100 - tick*r.offered/100
 			recs := make([]*kgo.Record, 0, per)
 			for range per {
 				sub := subs[n%len(subs)]
@@ -101,8 +122,7 @@ func runRateLimited(t *testing.T, r *rateLimitRun) {
 					Value: testenv.Event(fmt.Sprintf("rl-%d", n), sub, "x", map[string]any{"ttl": 900})})
 				n++
 			}
-			env.Client.Produce(ctx, recs[0], nil)
-			for _, rec := range recs[1:] {
+			for _, rec := range recs {
 				env.Client.Produce(ctx, rec, nil)
 			}
 			time.Sleep(10 * time.Millisecond) // the offered rate, on the fake clock
@@ -117,8 +137,12 @@ func runRateLimited(t *testing.T, r *rateLimitRun) {
 		r.terminal = len(got)
 		var sent, ok, thr float64
 		steady := 0
+		from := float64(r.seconds) / 3
+		if r.from > 0 {
+			from = float64(r.from)
+		}
 		for _, s := range r.timeline {
-			if s.at > float64(r.seconds)/3 && s.at <= float64(r.seconds) {
+			if s.at > from && s.at <= float64(r.seconds) {
 				sent, ok, thr = sent+s.sent, ok+s.ok, thr+s.throttled
 				steady++
 			}
@@ -166,6 +190,43 @@ func TestPacingRateLimitedOrigin(t *testing.T) {
 		100*off.share429, off.goodput, off.limit, 100*off.goodput/float64(off.limit), off.terminal, off.events)
 	if err := writePacingReport(*pacingReport, on, off); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPacingGridKafka runs cells of the pacing grid (internal/pacing's
+// TestGrid) end to end: events through Kafka, the push simulator limiting
+// the origin with a token bucket, and several processors in one group
+// sharing the origin through push.pacing. After the first 10 s: under 5%
+// 429s, at least 90% of the limit delivered, every event terminal.
+func TestPacingGridKafka(t *testing.T) {
+	if testing.Short() {
+		t.Skip("half a minute of fake time per cell")
+	}
+	for _, c := range []rateLimitRun{
+		{limit: 100, latency: 20 * time.Millisecond, processors: 1},
+		{limit: 20, latency: 250 * time.Millisecond, processors: 1},
+		{limit: 300, latency: 50 * time.Millisecond, processors: 3},
+		{limit: 500, latency: 5 * time.Millisecond, processors: 3},
+	} {
+		t.Run(fmt.Sprintf("limit=%d/latency=%s/processors=%d", c.limit, c.latency, c.processors), func(t *testing.T) {
+			r := c
+			r.offered, r.seconds, r.from, r.pacing = 2*c.limit, 30, 10, true
+			runRateLimited(t, &r)
+			t.Logf("429 share %.2f%%, goodput %.0f/s of %d/s (%.0f%%), %d of %d events terminal, peers heard %d",
+				100*r.share429, r.goodput, r.limit, 100*r.goodput/float64(r.limit), r.terminal, r.events, r.peers)
+			if r.terminal != r.events {
+				t.Errorf("%d of %d events reached an outcome", r.terminal, r.events)
+			}
+			if r.share429 >= 0.05 {
+				t.Errorf("429 share %.2f%%, want below 5%%", 100*r.share429)
+			}
+			if r.goodput < 0.9*float64(r.limit) {
+				t.Errorf("goodput %.0f/s, want at least 90%% of %d/s", r.goodput, r.limit)
+			}
+			if r.processors > 1 && r.peers != r.processors-1 {
+				t.Errorf("a processor heard of %d peers, want %d: pacing is not shared", r.peers, r.processors-1)
+			}
+		})
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,11 +111,10 @@ type Env struct {
 	// PKI signed the broker's certificate when Options.KafkaTLS is set.
 	PKI *PKI
 
-	proc   *pipeline.Processor
-	cancel context.CancelFunc
-	done   chan error
-	log    *slog.Logger
-	opts   Options
+	proc *pipeline.Processor
+	stop func() error
+	log  *slog.Logger
+	opts Options
 }
 
 // Start starts an Env and registers its cleanup.
@@ -319,6 +319,16 @@ func (e *Env) PipelineConfig() pipeline.Config {
 // StartProcessor starts a processor (again, after StopProcessor).
 func (e *Env) StartProcessor() *pipeline.Processor {
 	e.tb.Helper()
+	p, stop := e.StartMember()
+	e.proc, e.stop = p, stop
+	return p
+}
+
+// StartMember starts one more processor in the group, beside the Env's
+// own; stop shuts it down gracefully (also at the end of the test) and
+// returns Run's error.
+func (e *Env) StartMember() (p *pipeline.Processor, stop func() error) {
+	e.tb.Helper()
 	pc := e.PipelineConfig()
 	pc.ExtraInputs = append(pc.ExtraInputs, e.droppedSteps(pc)...)
 	hcfg := e.HTTPClient()
@@ -342,15 +352,21 @@ func (e *Env) StartProcessor() *pipeline.Processor {
 	if e.opts.KafkaLogs {
 		kopts = append(kopts, kgo.WithLogger(kslog.New(e.log.With("component", "kafka"))))
 	}
-	p, err := pipeline.New(pc, e.log, sender, e.Signer, kopts, opts...)
+	p, err = pipeline.New(pc, e.log, sender, e.Signer, kopts, opts...)
 	if err != nil {
 		e.tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e.proc, e.cancel, e.done = p, cancel, make(chan error, 1)
-	go func() { e.done <- p.Run(ctx) }()
-	e.tb.Cleanup(func() { e.StopProcessor() })
-	return p
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
+	e.tb.Cleanup(func() { _ = stop() })
+	return p, stop
 }
 
 // droppedSteps are the steps no longer on pc's ladders that still hold
@@ -375,12 +391,12 @@ func (e *Env) Processor() *pipeline.Processor { return e.proc }
 
 // StopProcessor shuts the processor down gracefully and returns Run's error.
 func (e *Env) StopProcessor() error {
-	if e.cancel == nil {
+	if e.stop == nil {
 		return nil
 	}
-	e.cancel()
-	e.cancel = nil
-	return <-e.done
+	stop := e.stop
+	e.stop = nil
+	return stop()
 }
 
 // Event builds an event JSON for sub. extra overrides or adds fields.
