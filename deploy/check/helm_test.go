@@ -43,16 +43,25 @@ const (
 	namespace   = "notifications"
 )
 
-// valueSets are the values files the chart must lint, render and decode
-// with: the defaults, and between them every optional feature.
-var valueSets = []struct {
-	name string
-	file string // relative to chartDir; "" = chart defaults only
-}{
-	{"defaults", ""},
-	{"all-features", "ci/all-features-values.yaml"},
-	{"keda", "ci/keda-values.yaml"},
-	{"existing-secret", "ci/existing-secret-values.yaml"},
+// valueSet is values the chart must lint, render and decode with: a
+// values file, and values given inline on top (as --set would).
+type valueSet struct {
+	name   string
+	file   string // relative to chartDir; "" = chart defaults only
+	inline string // YAML merged over file
+}
+
+// minimalValues is the least a documented install gives: the keys from an
+// existing Secret (the chart refuses to render without keys).
+const minimalValues = "secrets:\n  existingSecret: tierpush-keys\n"
+
+// valueSets are the defaults (plus the keys) and the ci files, between
+// them every optional feature.
+var valueSets = []valueSet{
+	{name: "defaults", inline: minimalValues},
+	{name: "all-features", file: "ci/all-features-values.yaml"},
+	{name: "keda", file: "ci/keda-values.yaml"},
+	{name: "existing-secret", file: "ci/existing-secret-values.yaml"},
 }
 
 func loadChart(t *testing.T) *chart.Chart {
@@ -74,6 +83,20 @@ func readValues(t *testing.T, file string) map[string]any {
 		t.Fatalf("read %s: %v", file, err)
 	}
 	return v
+}
+
+// values reads a value set: its file, then its inline values over it.
+func (vs valueSet) values(t *testing.T) map[string]any {
+	t.Helper()
+	v := readValues(t, vs.file)
+	if vs.inline == "" {
+		return v
+	}
+	over, err := common.ReadValues([]byte(vs.inline))
+	if err != nil {
+		t.Fatalf("%s inline values: %v", vs.name, err)
+	}
+	return util.MergeTables(over, v)
 }
 
 // render renders the chart as `helm install` would, schema validation
@@ -104,7 +127,7 @@ func render(ch *chart.Chart, vals map[string]any) (map[string]string, string, er
 func TestChartLints(t *testing.T) {
 	for _, vs := range valueSets {
 		t.Run(vs.name, func(t *testing.T) {
-			res := lint.RunAll(chartDir, readValues(t, vs.file), namespace)
+			res := lint.RunAll(chartDir, vs.values(t), namespace)
 			for _, m := range res.Messages {
 				if m.Severity >= support.WarningSev {
 					t.Errorf("lint: %v", m)
@@ -245,9 +268,9 @@ type rendered struct {
 	setName string
 }
 
-func renderAndDecode(t *testing.T, ch *chart.Chart, name, file string) *rendered {
+func renderAndDecode(t *testing.T, ch *chart.Chart, vs valueSet) *rendered {
 	t.Helper()
-	vals := readValues(t, file)
+	name, vals := vs.name, vs.values(t)
 	manifests, notes, err := render(ch, vals)
 	if err != nil {
 		t.Fatalf("render: %v", err)
@@ -344,7 +367,7 @@ func TestChartRendersAndDecodesStrictly(t *testing.T) {
 	ch := loadChart(t)
 	for _, vs := range valueSets {
 		t.Run(vs.name, func(t *testing.T) {
-			r := renderAndDecode(t, ch, vs.name, vs.file)
+			r := renderAndDecode(t, ch, vs)
 			t.Run("features", func(t *testing.T) { checkFeatures(t, r) })
 			t.Run("labels", func(t *testing.T) { checkLabels(t, r) })
 			t.Run("deployment", func(t *testing.T) { checkDeployment(t, r) })
@@ -931,17 +954,16 @@ func checkNotes(t *testing.T, r *rendered) {
 	if !strings.Contains(r.notes, r.dep.Name) {
 		t.Errorf("NOTES.txt does not name the release's objects:\n%s", r.notes)
 	}
-	warned := strings.Contains(r.notes, "WARNING")
-	missingKeys := r.valString("secrets.existingSecret") == "" && (r.valString("secrets.vapidPrivateKey") == "" || r.valString("secrets.hmacKey") == "")
-	if warned != missingKeys {
-		t.Errorf("NOTES.txt warns about missing keys: %v, keys missing: %v\n%s", warned, missingKeys, r.notes)
-	}
 }
 
 func TestChartRejectsBadValues(t *testing.T) {
 	ch := loadChart(t)
-	if _, _, err := render(ch, map[string]any{}); err != nil {
-		t.Fatalf("defaults do not render: %v", err)
+	base, err := common.ReadValues([]byte(minimalValues))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := render(ch, base); err != nil {
+		t.Fatalf("defaults with an existing Secret do not render: %v", err)
 	}
 	tests := []struct {
 		name    string
@@ -969,7 +991,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, _, err = render(ch, vals)
+			_, _, err = render(ch, util.MergeTables(vals, base))
 			if err == nil {
 				t.Fatalf("values %q rendered, want an error naming %s", tt.values, tt.wantErr)
 			}
@@ -980,12 +1002,56 @@ func TestChartRejectsBadValues(t *testing.T) {
 	}
 }
 
+// TestChartRequiresKeys: without secrets.existingSecret, an install that
+// leaves any key empty fails at template time naming the keys, instead of
+// rendering pods that exit 2 and crash-loop.
+func TestChartRequiresKeys(t *testing.T) {
+	ch := loadChart(t)
+	full := map[string]string{
+		"vapidPublicKey": testVAPIDPublic, "vapidPrivateKey": testVAPIDPrivate,
+		"vapidSubject": "mailto:ci@tierpush.invalid", "hmacKey": base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)),
+	}
+	secrets := func(skip string) map[string]any {
+		s := map[string]any{}
+		for k, v := range full {
+			if k != skip {
+				s[k] = v
+			}
+		}
+		return map[string]any{"secrets": s}
+	}
+	if _, _, err := render(ch, map[string]any{}); err == nil {
+		t.Error("chart defaults (no keys, no existingSecret) rendered")
+	} else {
+		for k := range full {
+			if !strings.Contains(err.Error(), "secrets."+k) {
+				t.Errorf("defaults: error does not name secrets.%s: %v", k, err)
+			}
+		}
+		if !strings.Contains(err.Error(), "secrets.existingSecret") {
+			t.Errorf("defaults: error does not name secrets.existingSecret: %v", err)
+		}
+	}
+	for k := range full {
+		_, _, err := render(ch, secrets(k))
+		if err == nil || !strings.Contains(err.Error(), "secrets."+k) {
+			t.Errorf("secrets.%s empty: %v, want an error naming it", k, err)
+		}
+	}
+	if _, _, err := render(ch, secrets("")); err != nil {
+		t.Errorf("every key given: %v", err)
+	}
+	if _, _, err := render(ch, map[string]any{"secrets": map[string]any{"existingSecret": "tierpush-keys"}}); err != nil {
+		t.Errorf("existingSecret alone: %v", err)
+	}
+}
+
 // TestChartHostPorts: brokers and insecure endpoints must parse as the
 // processor parses them (host:port).
 func TestChartValuesFilesHostPorts(t *testing.T) {
 	for _, vs := range valueSets {
 		ch := loadChart(t)
-		merged, err := util.CoalesceValues(ch, readValues(t, vs.file))
+		merged, err := util.CoalesceValues(ch, vs.values(t))
 		if err != nil {
 			t.Fatal(err)
 		}

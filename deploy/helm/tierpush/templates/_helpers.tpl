@@ -73,3 +73,20 @@ app.kubernetes.io/component: processor
 {{- define "tierpush.brokers" -}}
 {{- join "," .Values.kafka.brokers }}
 {{- end }}
+
+{{/*
+The keys are required: without secrets.existingSecret every one of the
+chart's own Secret values must be set, or the pods would exit 2 at start
+and crash-loop. Fail the render instead, saying what to do.
+*/}}
+{{- define "tierpush.requireKeys" -}}
+{{- if not .Values.secrets.existingSecret }}
+{{- $missing := list }}
+{{- range $k := list "vapidPublicKey" "vapidPrivateKey" "vapidSubject" "hmacKey" }}
+{{- if not (index $.Values.secrets $k) }}{{ $missing = append $missing (printf "secrets.%s" $k) }}{{ end }}
+{{- end }}
+{{- if $missing }}
+{{- fail (printf "\n%s empty and secrets.existingSecret not set: the processor would exit 2 at start. Either create a Secret (processor vapid > vapid.env; kubectl create secret generic tierpush-keys --from-env-file=vapid.env --from-literal=TIERPUSH_HMAC_KEY=\"$(openssl rand -base64 32)\") and set secrets.existingSecret=tierpush-keys, or set all of secrets.vapidPublicKey, secrets.vapidPrivateKey, secrets.vapidSubject and secrets.hmacKey." (join ", " $missing)) }}
+{{- end }}
+{{- end }}
+{{- end }}
