@@ -534,6 +534,29 @@ func checkDeployment(t *testing.T, r *rendered) {
 	if _, ok := r.cm.Data["processor.yaml"]; !ok {
 		t.Error("ConfigMap has no processor.yaml")
 	}
+	checkVolumes(t, "Deployment", pod)
+
+	// extraVolumes, extraVolumeMounts and extraEnvFrom arrive as given.
+	for _, x := range []struct {
+		value string
+		names []string
+	}{
+		{"extraVolumes", volumeNames(pod.Volumes)},
+		{"extraVolumeMounts", mountPaths(c.VolumeMounts)},
+	} {
+		for _, v := range asMaps(r.val(x.value)) {
+			key := fmt.Sprint(v["name"])
+			if x.value == "extraVolumeMounts" {
+				key = fmt.Sprint(v["mountPath"])
+			}
+			if !slices.Contains(x.names, key) {
+				t.Errorf("%s entry %s is not in the Deployment (%v)", x.value, key, x.names)
+			}
+		}
+	}
+	if want := len(asMaps(r.val("extraEnvFrom"))); len(c.EnvFrom) != want {
+		t.Errorf("envFrom has %d sources, extraEnvFrom %d", len(c.EnvFrom), want)
+	}
 
 	// Secrets: from the chart's Secret with its keys, or the existing one.
 	existing := r.valString("secrets.existingSecret")
@@ -566,6 +589,60 @@ func checkDeployment(t *testing.T, r *rendered) {
 			}
 		}
 	}
+}
+
+// checkVolumes: every mount names a volume of the pod, no volume name or
+// mount path is taken twice.
+func checkVolumes(t *testing.T, what string, pod corev1.PodSpec) {
+	t.Helper()
+	vols := volumeNames(pod.Volumes)
+	seen := map[string]bool{}
+	for _, v := range vols {
+		if seen[v] {
+			t.Errorf("%s: volume %s twice", what, v)
+		}
+		seen[v] = true
+	}
+	for _, c := range pod.Containers {
+		paths := map[string]bool{}
+		for _, m := range c.VolumeMounts {
+			if !seen[m.Name] {
+				t.Errorf("%s: container %s mounts volume %s, which the pod lacks", what, c.Name, m.Name)
+			}
+			if paths[m.MountPath] {
+				t.Errorf("%s: container %s mounts %s twice", what, c.Name, m.MountPath)
+			}
+			paths[m.MountPath] = true
+		}
+	}
+}
+
+func volumeNames(vs []corev1.Volume) []string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, v.Name)
+	}
+	return out
+}
+
+func mountPaths(ms []corev1.VolumeMount) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.MountPath)
+	}
+	return out
+}
+
+// asMaps reads a list of objects of the values.
+func asMaps(v any) []map[string]any {
+	var out []map[string]any
+	l, _ := v.([]any)
+	for _, x := range l {
+		if m, ok := x.(map[string]any); ok {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func checkPodSecurity(t *testing.T, what string, pod corev1.PodSpec) {
