@@ -63,6 +63,7 @@ var valueSets = []valueSet{
 	{name: "all-features", file: "ci/all-features-values.yaml"},
 	{name: "keda", file: "ci/keda-values.yaml"},
 	{name: "existing-secret", file: "ci/existing-secret-values.yaml"},
+	{name: "production", file: "ci/production-values.yaml"},
 }
 
 func loadChart(t *testing.T) *chart.Chart {
@@ -375,6 +376,7 @@ func TestChartRendersAndDecodesStrictly(t *testing.T) {
 			t.Run("selectors", func(t *testing.T) { checkSelectors(t, r) })
 			t.Run("processor accepts config and env", func(t *testing.T) { checkProcessorConfig(t, r) })
 			t.Run("topics job", func(t *testing.T) { checkTopicsJob(t, r) })
+			t.Run("kafka security", func(t *testing.T) { checkKafkaSecurity(t, r) })
 			t.Run("autoscaling", func(t *testing.T) { checkAutoscaling(t, r) })
 			t.Run("config sections", func(t *testing.T) { checkConfigSections(t, r) })
 			t.Run("notes", func(t *testing.T) { checkNotes(t, r) })
@@ -785,29 +787,9 @@ func checkProcessorConfig(t *testing.T, r *rendered) {
 	checkEnvNames(t, "Deployment env", []string{"run"}, env)
 
 	// The processor accepts the config file and the environment, with the
-	// Secret's values (or test keys when the Secret is external or empty).
-	testKeys := map[string]string{
-		"VAPID_PUBLIC_KEY": testVAPIDPublic, "VAPID_PRIVATE_KEY": testVAPIDPrivate,
-		"VAPID_SUBJECT": "mailto:ci@tierpush.invalid", "TIERPUSH_HMAC_KEY": base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)),
-	}
-	runEnv := map[string]string{}
-	for _, e := range c.Env {
-		switch {
-		case e.ValueFrom == nil:
-			runEnv[e.Name] = e.Value
-		case e.ValueFrom.SecretKeyRef != nil:
-			v := ""
-			if r.secret != nil && e.ValueFrom.SecretKeyRef.Name == r.secret.Name {
-				v = string(r.secret.Data[e.ValueFrom.SecretKeyRef.Key])
-			}
-			if v == "" {
-				v = testKeys[e.Name]
-			}
-			if v != "" {
-				runEnv[e.Name] = v
-			}
-		}
-	}
+	// Secret's values (or test keys when the Secret is external or empty)
+	// and test files in place of the mounted Secrets.
+	runEnv := containerEnv(t, r, r.dep.Spec.Template.Spec, c)
 	content := r.cm.Data["processor.yaml"]
 	if !configSectionsRead() {
 		// This build of the processor refuses tiers: and pacing: in
@@ -869,10 +851,23 @@ func checkTopicsJob(t *testing.T, r *rendered) {
 		t.Errorf("topics Job restartPolicy %q", pod.RestartPolicy)
 	}
 	checkPodSecurity(t, "topics Job", pod)
-	// A pre-install hook runs before the release's other objects exist.
-	if pod.ServiceAccountName != "" || len(pod.Volumes) > 0 || len(pod.Containers[0].EnvFrom) > 0 {
+	// A pre-install hook runs before the release's other objects exist:
+	// only Secrets created beforehand (Kafka TLS and SASL) may be used.
+	if pod.ServiceAccountName != "" || len(pod.Containers[0].EnvFrom) > 0 {
 		t.Error("topics Job depends on objects of the release, which do not exist yet at pre-install")
 	}
+	external := []string{r.valString("kafka.tls.existingSecret"), r.valString("kafka.sasl.existingSecret")}
+	for _, v := range pod.Volumes {
+		if v.Secret == nil || v.Secret.SecretName == "" || !slices.Contains(external, v.Secret.SecretName) {
+			t.Errorf("topics Job volume %s is not a Kafka Secret created beforehand (%v): at pre-install the release's objects do not exist", v.Name, external)
+		}
+	}
+	for _, e := range pod.Containers[0].Env {
+		if e.ValueFrom != nil && (e.ValueFrom.SecretKeyRef == nil || !slices.Contains(external, e.ValueFrom.SecretKeyRef.Name)) {
+			t.Errorf("topics Job env %s reads %+v, not a Kafka Secret created beforehand", e.Name, e.ValueFrom)
+		}
+	}
+	checkVolumes(t, "topics Job", pod)
 	c := pod.Containers[0]
 	if c.Image != r.dep.Spec.Template.Spec.Containers[0].Image {
 		t.Errorf("topics Job image %s differs from the processor's", c.Image)
@@ -901,7 +896,12 @@ func checkTopicsJob(t *testing.T, r *rendered) {
 	if want := "--brokers=" + strings.Join(toStrings(cfg["brokers"]), ","); !slices.Contains(rest, want) {
 		t.Errorf("topics Job args %q lack %s", rest, want)
 	}
-	checkAccepted(t, "topics Job", c.Args, nil)
+	jobEnv := map[string]string{}
+	for _, e := range c.Env {
+		jobEnv[e.Name] = e.Value
+	}
+	checkEnvNames(t, "topics Job env", command, jobEnv)
+	checkAccepted(t, "topics Job", c.Args, containerEnv(t, r, pod, c))
 }
 
 func toStrings(v any) []string {
