@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/twmb/franz-go/plugin/kotel"
+	"github.com/twmb/franz-go/plugin/kprom"
 	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
@@ -84,10 +84,20 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-// KafkaMeter returns kotel hooks for a kgo client's own metrics
-// (connections, bytes, produce and fetch batches).
-func (m *Metrics) KafkaMeter() *kotel.Meter {
-	return kotel.NewMeter(kotel.MeterProvider(m.provider), kotel.WithMergedConnectsMeter())
+// KafkaMeter returns the hooks of the processor's kgo client that export
+// the client's own metrics through franz-go's kprom, as tierpush_kafka_*:
+// connections, errors and bytes per broker, and records, batches and bytes
+// produced and fetched per broker and topic. (kotel's meter came out of the
+// OTel exporter as messaging_kafka_fetch_bytes_count_by_total and the like.)
+// The hooks serve one client: kprom registers its collectors when that
+// client starts and unregisters them when it closes.
+func (m *Metrics) KafkaMeter() *kprom.Metrics {
+	return kprom.NewMetrics("tierpush",
+		kprom.Subsystem("kafka"),
+		kprom.Registry(m.reg),
+		kprom.FetchAndProduceDetail(kprom.ByNode, kprom.ByTopic, kprom.Records, kprom.Batches,
+			kprom.UncompressedBytes, kprom.CompressedBytes, kprom.ConsistentNaming),
+	)
 }
 
 // MaxSeries bounds the label sets of one metric (per-origin series).
