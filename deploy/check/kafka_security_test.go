@@ -273,13 +273,13 @@ var testPKI = sync.OnceValue(func() struct{ ca, cert, key string } {
 func TestChartKafkaSecurity(t *testing.T) {
 	ch := loadChart(t)
 	ok := map[string]string{
-		"tls with system roots":  "kafka: {tls: {enabled: true}}",
-		"tls with own CA":        "kafka: {tls: {enabled: true, existingSecret: kafka-ca, serverName: kafka.internal}}",
-		"mutual tls":         "kafka: {tls: {enabled: true, existingSecret: kafka-tls, clientCert: true, existingSecretKeys: {ca: ca.pem, cert: user.crt, key: user.key}}}",
-		"mutual tls without CA":  "kafka: {tls: {enabled: true, existingSecret: kafka-tls, clientCert: true, existingSecretKeys: {ca: ''}}}",
-		"scram without tls":      "kafka: {sasl: {mechanism: SCRAM-SHA-256, existingSecret: kafka-user}}",
-		"plain over tls":     "kafka: {tls: {enabled: true}, sasl: {mechanism: PLAIN, existingSecret: kafka-user, existingSecretKeys: {username: user, password: pass}}}",
-		"mtls and scram-512": "kafka: {tls: {enabled: true, existingSecret: kafka-tls, clientCert: true}, sasl: {mechanism: SCRAM-SHA-512, existingSecret: kafka-user, username: tierpush}}",
+		"tls with system roots": "kafka: {tls: {enabled: true}}",
+		"tls with own CA":       "kafka: {tls: {enabled: true, existingSecret: kafka-ca, serverName: kafka.internal}}",
+		"mutual tls":            "kafka: {tls: {enabled: true, existingSecret: kafka-tls, clientCert: true, existingSecretKeys: {ca: ca.pem, cert: user.crt, key: user.key}}}",
+		"mutual tls without CA": "kafka: {tls: {enabled: true, existingSecret: kafka-tls, clientCert: true, existingSecretKeys: {ca: ''}}}",
+		"scram without tls":     "kafka: {sasl: {mechanism: SCRAM-SHA-256, existingSecret: kafka-user}}",
+		"plain over tls":        "kafka: {tls: {enabled: true}, sasl: {mechanism: PLAIN, existingSecret: kafka-user, existingSecretKeys: {username: user, password: pass}}}",
+		"mtls and scram-512":    "kafka: {tls: {enabled: true, existingSecret: kafka-tls, clientCert: true}, sasl: {mechanism: SCRAM-SHA-512, existingSecret: kafka-user, username: tierpush}}",
 	}
 	for name, values := range ok {
 		// No comma in a name: the processor splits TIERPUSH_* values at
