@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/tierpush/tierpush/internal/consume"
 	"github.com/tierpush/tierpush/internal/deliver"
 	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/topology"
@@ -110,8 +111,9 @@ type Gauges struct {
 	// InFlightLimit is the window InFlight is bounded by (it shrinks below
 	// --max-in-flight while the cores are saturated).
 	InFlightLimit func() int
-	// Lag returns, per topic, the records not yet committed and, for
-	// retry topics, how many of them are held because they are not due.
+	// Lag returns, per topic, the records not yet committed in the
+	// partitions this process owns and, for retry topics, how many of them
+	// cannot be due yet (consume.Consumer.Lag).
 	Lag func(ctx context.Context) (map[string]Lag, error)
 	// ProduceFailures counts produces that failed and were tried again.
 	ProduceFailures func() int64
@@ -120,11 +122,9 @@ type Gauges struct {
 	Stuck func() int
 }
 
-// Lag is the consumer lag of one topic.
-type Lag struct {
-	Total  int64
-	NotDue int64 // retry topics: held in memory until due
-}
+// Lag is the consumer lag of one topic over the partitions this process
+// owns: Total not yet committed, NotDue of them not due yet.
+type Lag = consume.Lag
 
 // Observe registers the gauges.
 func (m *Metrics) Observe(g Gauges) error {
@@ -153,7 +153,7 @@ func (m *Metrics) Observe(g Gauges) error {
 	if err != nil {
 		return err
 	}
-	lag, err := meter.Int64ObservableGauge("tierpush_consumer_lag", metric.WithDescription("records not yet committed per topic; for retry topics due=false counts those held until due"))
+	lag, err := meter.Int64ObservableGauge("tierpush_consumer_lag", metric.WithDescription("records not yet committed per topic in the partitions this process owns (summed over replicas: the group's lag); due=false counts retry records that cannot be due yet, due=true what is due now"))
 	if err != nil {
 		return err
 	}
