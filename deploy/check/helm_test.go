@@ -264,6 +264,8 @@ type rendered struct {
 	pdb     *policyv1.PodDisruptionBudget
 	hpa     *autoscalingv2.HorizontalPodAutoscaler
 	sm      *monitoringv1.ServiceMonitor
+	rule    *monitoringv1.PrometheusRule
+	dash    *corev1.ConfigMap // the Grafana dashboard
 	so      *scaledObject
 	sa      *corev1.ServiceAccount
 	merged  map[string]any // chart defaults overlaid with the value set
@@ -299,12 +301,21 @@ func renderAndDecode(t *testing.T, ch *chart.Chart, vs valueSet) *rendered {
 				t.Fatalf("%s: %T has no object metadata", tpl, obj)
 			}
 			kind := fmt.Sprintf("%T", obj)
+			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Labels["grafana_dashboard"] != "" {
+				kind += " (dashboard)"
+			}
 			r.byKind[kind] = append(r.byKind[kind], mo)
 			switch o := obj.(type) {
 			case *appsv1.Deployment:
 				r.dep = o
 			case *corev1.ConfigMap:
-				r.cm = o
+				if o.Labels["grafana_dashboard"] != "" {
+					r.dash = o
+				} else {
+					r.cm = o
+				}
+			case *monitoringv1.PrometheusRule:
+				r.rule = o
 			case *corev1.Secret:
 				r.secret = o
 			case *corev1.Service:
@@ -377,6 +388,8 @@ func TestChartRendersAndDecodesStrictly(t *testing.T) {
 			t.Run("processor accepts config and env", func(t *testing.T) { checkProcessorConfig(t, r) })
 			t.Run("topics job", func(t *testing.T) { checkTopicsJob(t, r) })
 			t.Run("kafka security", func(t *testing.T) { checkKafkaSecurity(t, r) })
+			t.Run("alerts", func(t *testing.T) { checkPrometheusRule(t, r) })
+			t.Run("dashboard", func(t *testing.T) { checkDashboard(t, r) })
 			t.Run("autoscaling", func(t *testing.T) { checkAutoscaling(t, r) })
 			t.Run("config sections", func(t *testing.T) { checkConfigSections(t, r) })
 			t.Run("notes", func(t *testing.T) { checkNotes(t, r) })
@@ -393,6 +406,8 @@ func checkFeatures(t *testing.T, r *rendered) {
 		present bool
 	}{
 		{"ServiceMonitor", r.valBool("metrics.serviceMonitor.enabled"), r.sm != nil},
+		{"PrometheusRule", r.valBool("metrics.prometheusRule.enabled"), r.rule != nil},
+		{"Grafana dashboard ConfigMap", r.valBool("metrics.grafanaDashboard.enabled"), r.dash != nil},
 		{"HorizontalPodAutoscaler", r.valBool("autoscaling.enabled"), r.hpa != nil},
 		{"ScaledObject", r.valBool("keda.enabled"), r.so != nil},
 		{"PodDisruptionBudget", r.valBool("podDisruptionBudget.enabled"), r.pdb != nil},
@@ -938,8 +953,12 @@ func checkAutoscaling(t *testing.T, r *rendered) {
 		if so.Spec.MinReplicaCount == nil || so.Spec.MaxReplicaCount == nil || *so.Spec.MinReplicaCount > *so.Spec.MaxReplicaCount {
 			t.Errorf("ScaledObject min %v > max %v", so.Spec.MinReplicaCount, so.Spec.MaxReplicaCount)
 		}
-		if len(so.Spec.Triggers) != 1 || so.Spec.Triggers[0].Type != "kafka" {
-			t.Fatalf("ScaledObject triggers %+v, want one kafka trigger", so.Spec.Triggers)
+		if len(so.Spec.Triggers) != 1 || so.Spec.Triggers[0].Type != r.valString("keda.trigger") {
+			t.Fatalf("ScaledObject triggers %+v, want one %s trigger", so.Spec.Triggers, r.valString("keda.trigger"))
+		}
+		if so.Spec.Triggers[0].Type == "prometheus" {
+			checkPrometheusTrigger(t, r, so.Spec.Triggers[0].Metadata)
+			return
 		}
 		md := so.Spec.Triggers[0].Metadata
 		brokers := toStrings(r.val("kafka.brokers"))
@@ -1112,6 +1131,11 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"pull policy", "image:\n  pullPolicy: Sometimes", "pullPolicy"},
 		{"insecure endpoint without port", "config:\n  allowInsecureEndpoints: [pushsim]", "allowInsecureEndpoints"},
 		{"HPA and KEDA together", "autoscaling:\n  enabled: true\nkeda:\n  enabled: true", "mutually exclusive"},
+		{"KEDA prometheus without a server", "keda:\n  enabled: true\n  trigger: prometheus", "keda.prometheus.serverAddress"},
+		{"KEDA prometheus from zero", "keda:\n  enabled: true\n  trigger: prometheus\n  minReplicaCount: 0\n  prometheus: {serverAddress: 'http://prom:9090'}", "minReplicaCount"},
+		{"KEDA trigger unknown", "keda:\n  enabled: true\n  trigger: cpu", "trigger"},
+		{"alert duration in words", "metrics:\n  prometheusRule: {breakerOpenFor: 15 minutes}", "breakerOpenFor"},
+		{"DLQ share above 1", "metrics:\n  prometheusRule: {dlqShare: 5}", "dlqShare"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -202,3 +202,12 @@ that cannot work fail the render, naming the value.
   readOnly: true
 {{- end }}
 {{- end }}
+
+{{/*
+PromQL label matchers selecting this release's series: metrics.selector, or
+the namespace and service labels a ServiceMonitor scrape of the release's
+Service carries.
+*/}}
+{{- define "tierpush.promSelector" -}}
+{{- .Values.metrics.selector | default (printf "namespace=%q,service=%q" .Release.Namespace (include "tierpush.fullname" .)) }}
+{{- end }}
