@@ -120,6 +120,9 @@ type Gauges struct {
 	// Stuck counts partitions whose produce has failed past the bound
 	// that makes the processor unready.
 	Stuck func() int
+	// Held returns, per retry topic, the records held in memory until due
+	// (what --max-held bounds).
+	Held func() map[string]int
 }
 
 // Lag is the consumer lag of one topic over the partitions this process
@@ -165,12 +168,21 @@ func (m *Metrics) Observe(g Gauges) error {
 	if err != nil {
 		return err
 	}
+	held, err := meter.Int64ObservableGauge("tierpush_retry_held", metric.WithDescription("retry records held in memory until due, per retry topic (--max-held bounds their sum)"))
+	if err != nil {
+		return err
+	}
 	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		if g.ProduceFailures != nil {
 			o.ObserveInt64(produceFailures, g.ProduceFailures())
 		}
 		if g.Stuck != nil {
 			o.ObserveInt64(stuck, int64(g.Stuck()))
+		}
+		if g.Held != nil {
+			for topic, n := range g.Held() {
+				o.ObserveInt64(held, int64(n), metric.WithAttributes(attribute.String("topic", topic)))
+			}
 		}
 		if g.Lanes != nil {
 			for _, l := range g.Lanes() {
@@ -200,7 +212,7 @@ func (m *Metrics) Observe(g Gauges) error {
 			}
 		}
 		return nil
-	}, limit, share, breaker, originFlight, inFlight, inFlightLimit, lag, produceFailures, stuck)
+	}, limit, share, breaker, originFlight, inFlight, inFlightLimit, lag, produceFailures, stuck, held)
 	return err
 }
 

@@ -151,6 +151,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 		ProduceFailures: p.ProduceFailures,
 		Stuck:           p.Stuck,
 		Lag:             p.Lag,
+		Held:            p.Held,
 	}); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
