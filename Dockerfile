@@ -22,10 +22,20 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 # static-debian13: CA certificates and tzdata, no libc, no shell.
 # nonroot: uid/gid 65532.
 FROM gcr.io/distroless/static-debian13:nonroot
+# OCI annotations (github.com/opencontainers/image-spec, annotations.md):
+#   docker build --build-arg VERSION=v1.2.3 --build-arg REVISION=$(git rev-parse HEAD) \
+#     --build-arg CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ) .
 ARG VERSION=dev
+ARG REVISION=unknown
+ARG CREATED
 LABEL org.opencontainers.image.title="tierpush processor" \
       org.opencontainers.image.description="Web Push delivery through Kafka: priority tiers, retry ladders, adaptive pacing" \
-      org.opencontainers.image.version="${VERSION}"
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="https://github.com/tierpush/tierpush" \
+      org.opencontainers.image.url="https://github.com/tierpush/tierpush" \
+      org.opencontainers.image.documentation="https://github.com/tierpush/tierpush#readme"
 COPY --from=build /out/processor /usr/local/bin/processor
 USER 65532:65532
 # /metrics, /healthz, /readyz (--http-addr; the image listens on all interfaces).

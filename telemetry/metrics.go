@@ -11,12 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/twmb/franz-go/plugin/kotel"
+	"github.com/twmb/franz-go/plugin/kprom"
 	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/tierpush/tierpush/internal/consume"
 	"github.com/tierpush/tierpush/internal/deliver"
 	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/topology"
@@ -89,10 +90,20 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-// KafkaMeter returns kotel hooks for a kgo client's own metrics
-// (connections, bytes, produce and fetch batches).
-func (m *Metrics) KafkaMeter() *kotel.Meter {
-	return kotel.NewMeter(kotel.MeterProvider(m.provider), kotel.WithMergedConnectsMeter())
+// KafkaMeter returns the hooks of the processor's kgo client that export
+// the client's own metrics through franz-go's kprom, as tierpush_kafka_*:
+// connections, errors and bytes per broker, and records, batches and bytes
+// produced and fetched per broker and topic. (kotel's meter came out of the
+// OTel exporter as messaging_kafka_fetch_bytes_count_by_total and the like.)
+// The hooks serve one client: kprom registers its collectors when that
+// client starts and unregisters them when it closes.
+func (m *Metrics) KafkaMeter() *kprom.Metrics {
+	return kprom.NewMetrics("tierpush",
+		kprom.Subsystem("kafka"),
+		kprom.Registry(m.reg),
+		kprom.FetchAndProduceDetail(kprom.ByNode, kprom.ByTopic, kprom.Records, kprom.Batches,
+			kprom.UncompressedBytes, kprom.CompressedBytes, kprom.ConsistentNaming),
+	)
 }
 
 // MaxSeries bounds the label sets of one metric (per-origin series).
@@ -105,21 +116,23 @@ type Gauges struct {
 	// InFlightLimit is the window InFlight is bounded by (it shrinks below
 	// --max-in-flight while the cores are saturated).
 	InFlightLimit func() int
-	// Lag returns, per topic, the records not yet committed and, for
-	// retry topics, how many of them are held because they are not due.
+	// Lag returns, per topic, the records not yet committed in the
+	// partitions this process owns and, for retry topics, how many of them
+	// cannot be due yet (consume.Consumer.Lag).
 	Lag func(ctx context.Context) (map[string]Lag, error)
 	// ProduceFailures counts produces that failed and were tried again.
 	ProduceFailures func() int64
 	// Stuck counts partitions whose produce has failed past the bound
 	// that makes the processor unready.
 	Stuck func() int
+	// Held returns, per retry topic, the records held in memory until due
+	// (what --max-held bounds).
+	Held func() map[string]int
 }
 
-// Lag is the consumer lag of one topic.
-type Lag struct {
-	Total  int64
-	NotDue int64 // retry topics: held in memory until due
-}
+// Lag is the consumer lag of one topic over the partitions this process
+// owns: Total not yet committed, NotDue of them not due yet.
+type Lag = consume.Lag
 
 // Observe registers the gauges.
 func (m *Metrics) Observe(g Gauges) error {
@@ -148,7 +161,7 @@ func (m *Metrics) Observe(g Gauges) error {
 	if err != nil {
 		return err
 	}
-	lag, err := meter.Int64ObservableGauge("tierpush_consumer_lag", metric.WithDescription("records not yet committed per topic; for retry topics due=false counts those held until due"))
+	lag, err := meter.Int64ObservableGauge("tierpush_consumer_lag", metric.WithDescription("records not yet committed per topic in the partitions this process owns (summed over replicas: the group's lag); due=false counts retry records that cannot be due yet, due=true what is due now"))
 	if err != nil {
 		return err
 	}
@@ -160,12 +173,21 @@ func (m *Metrics) Observe(g Gauges) error {
 	if err != nil {
 		return err
 	}
+	held, err := meter.Int64ObservableGauge("tierpush_retry_held", metric.WithDescription("retry records held in memory until due, per retry topic (--max-held bounds their sum)"))
+	if err != nil {
+		return err
+	}
 	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		if g.ProduceFailures != nil {
 			o.ObserveInt64(produceFailures, g.ProduceFailures())
 		}
 		if g.Stuck != nil {
 			o.ObserveInt64(stuck, int64(g.Stuck()))
+		}
+		if g.Held != nil {
+			for topic, n := range g.Held() {
+				o.ObserveInt64(held, int64(n), metric.WithAttributes(attribute.String("topic", topic)))
+			}
 		}
 		if g.Lanes != nil {
 			for _, l := range g.Lanes() {
@@ -195,7 +217,7 @@ func (m *Metrics) Observe(g Gauges) error {
 			}
 		}
 		return nil
-	}, limit, share, breaker, originFlight, inFlight, inFlightLimit, lag, produceFailures, stuck)
+	}, limit, share, breaker, originFlight, inFlight, inFlightLimit, lag, produceFailures, stuck, held)
 	return err
 }
 

@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -108,6 +108,7 @@ func HashKey(b []byte) string {
 type Tracing struct {
 	kt     *kotel.Tracer
 	tracer trace.Tracer
+	attrs  semconvAfter
 }
 
 var _ deliver.Tracer = (*Tracing)(nil)
@@ -118,9 +119,13 @@ func NewTracing(kt *kotel.Tracer, tp trace.TracerProvider) *Tracing {
 	return &Tracing{kt: kt, tracer: tp.Tracer("github.com/tierpush/tierpush/internal/deliver")}
 }
 
-// Start begins r's process span.
+// Start begins r's process span, with the current messaging attributes
+// besides kotel's (semconv.go).
 func (t *Tracing) Start(ctx context.Context, r *kgo.Record) context.Context {
-	pctx, _ := t.kt.WithProcessSpan(r)
+	pctx, span := t.kt.WithProcessSpan(r)
+	if span.IsRecording() {
+		span.SetAttributes(t.attrs.consumed(r, semconv.MessagingOperationTypeProcess, "process")...)
+	}
 	// The partition's cancellation still reaches the handler; the span's
 	// context travels in the produced records.
 	return trace.ContextWithSpan(ctx, trace.SpanFromContext(pctx))
@@ -162,12 +167,20 @@ func (t *Tracing) End(ctx context.Context, rep *deliver.Report) {
 // sendSpan is the client span of one push: server.address names the push
 // service host (never the URL), error.type the class of a failed send.
 func (t *Tracing) sendSpan(ctx context.Context, rep *deliver.Report) {
-	host := rep.Origin
+	host, port := rep.Origin, 0
 	if u, err := url.Parse(rep.Origin); err == nil && u.Hostname() != "" {
 		host = u.Hostname()
+		port, _ = strconv.Atoi(u.Port())
+		if port == 0 && u.Scheme == "https" {
+			port = 443
+		} else if port == 0 && u.Scheme == "http" {
+			port = 80
+		}
 	}
 	_, s := t.tracer.Start(ctx, "push.send", trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(rep.SendStart), trace.WithAttributes(
 		semconv.ServerAddress(host),
+		semconv.ServerPort(port),
+		semconv.HTTPRequestMethodPost,
 		attribute.String("push.event_id", rep.EventID),
 		attribute.Int("push.attempt", rep.Attempt),
 		attribute.String("push.tier", rep.Tier.String()),
@@ -206,5 +219,9 @@ func (t *Tracing) sendSpan(ctx context.Context, rep *deliver.Report) {
 // (named clientID, in group) and the engine's spans (Tracing).
 func PipelineTracing(tp trace.TracerProvider, clientID, group string) []pipeline.Option {
 	kt := NewKafkaTracer(tp, clientID, group)
-	return []pipeline.Option{pipeline.WithClientOpts(kgo.WithHooks(kt)), pipeline.WithTracer(NewTracing(kt, tp))}
+	after := semconvAfter{clientID: clientID, group: group}
+	tr := NewTracing(kt, tp)
+	tr.attrs = after
+	// The order matters: see semconv.go.
+	return []pipeline.Option{pipeline.WithClientOpts(kgo.WithHooks(semconvBefore{}, kt, after)), pipeline.WithTracer(tr)}
 }

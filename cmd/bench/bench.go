@@ -489,7 +489,7 @@ func (h *holdState) step(ctx context.Context, r *scenarioRun, s *Sample, produce
 	}
 	s.Waiting = retryLag
 	if m, err := scrape(ctx, r.metrics); err == nil {
-		s.Held = int64(m.sum("tierpush_consumer_lag", map[string]string{"due": "false"}))
+		s.Held = int64(m.sum("tierpush_retry_held", nil))
 		s.HeapMB = m.sum("go_memstats_heap_alloc_bytes", nil) / (1 << 20)
 		h.heapMax = max(h.heapMax, s.HeapMB)
 	}

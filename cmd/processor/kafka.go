@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
@@ -21,6 +23,7 @@ const (
 	saslPlain       = "PLAIN"
 	saslSCRAMSHA256 = "SCRAM-SHA-256"
 	saslSCRAMSHA512 = "SCRAM-SHA-512"
+	saslOAuthBearer = "OAUTHBEARER"
 )
 
 // maxSecretFile bounds what a secret file may hold: keys and passwords are
@@ -44,6 +47,10 @@ type kafkaSecurity struct {
 	SASLUser         string
 	SASLPassword     string
 	SASLPasswordFile string
+	// SASLOAuthTokenFile holds the OAUTHBEARER token. It is read again at
+	// every authentication, so whatever refreshes the file (a sidecar, a
+	// Secret updated in place) rotates the token without a restart.
+	SASLOAuthTokenFile string
 }
 
 func (k *kafkaSecurity) register(fs *flag.FlagSet) {
@@ -53,10 +60,11 @@ func (k *kafkaSecurity) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.TLSKey, "kafka-tls-key", "", "PEM file of the client certificate's private key")
 	fs.StringVar(&k.TLSServerName, "kafka-tls-server-name", "", "name the brokers' certificates must hold (default: the host dialed)")
 	fs.BoolVar(&k.TLSInsecureSkipVerify, "kafka-tls-insecure-skip-verify", false, "do not verify the brokers' certificates (test clusters only: anyone on the path can read the traffic and the SASL password)")
-	fs.StringVar(&k.SASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN (needs TLS), SCRAM-SHA-256 or SCRAM-SHA-512; empty disables SASL")
+	fs.StringVar(&k.SASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN (needs TLS), SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (needs TLS and --kafka-sasl-oauth-token-file); empty disables SASL")
 	fs.StringVar(&k.SASLUser, "kafka-sasl-user", "", "SASL user name")
 	fs.StringVar(&k.SASLPassword, "kafka-sasl-password", "", "SASL password (prefer --kafka-sasl-password-file or the env var)")
 	fs.StringVar(&k.SASLPasswordFile, "kafka-sasl-password-file", "", "file holding the SASL password (a Kubernetes secret mount); a trailing newline is dropped")
+	fs.StringVar(&k.SASLOAuthTokenFile, "kafka-sasl-oauth-token-file", "", "file holding the OAUTHBEARER token, read again at every authentication (so a refreshed file rotates it); a trailing newline is dropped")
 }
 
 // enabled reports whether any security flag is set.
@@ -88,10 +96,26 @@ func (k *kafkaSecurity) Validate() error {
 	if (k.TLSCert == "") != (k.TLSKey == "") {
 		errs = append(errs, errors.New("--kafka-tls-cert and --kafka-tls-key: give both or neither"))
 	}
-	switch strings.ToUpper(k.SASLMechanism) {
+	mech := strings.ToUpper(k.SASLMechanism)
+	if k.SASLOAuthTokenFile != "" && mech != saslOAuthBearer {
+		errs = append(errs, fmt.Errorf("--kafka-sasl-oauth-token-file: needs --kafka-sasl-mechanism OAUTHBEARER, not %q", truncateFlag(k.SASLMechanism)))
+	}
+	switch mech {
 	case "":
 		if k.SASLUser != "" || k.SASLPassword != "" {
 			errs = append(errs, errors.New("--kafka-sasl-mechanism: empty, but --kafka-sasl-user or a password is set"))
+		}
+	case saslOAuthBearer:
+		if k.SASLUser != "" || k.SASLPassword != "" {
+			errs = append(errs, errors.New("--kafka-sasl-user and --kafka-sasl-password: not used by OAUTHBEARER (the token names the principal); drop them"))
+		}
+		if !k.tlsEnabled() {
+			errs = append(errs, errors.New("--kafka-sasl-mechanism: OAUTHBEARER sends the token in clear; add --kafka-tls"))
+		}
+		if k.SASLOAuthTokenFile == "" {
+			errs = append(errs, errors.New("--kafka-sasl-oauth-token-file: empty; OAUTHBEARER reads its token from this file"))
+		} else if _, err := k.oauthToken(); err != nil {
+			errs = append(errs, err)
 		}
 	case saslPlain, saslSCRAMSHA256, saslSCRAMSHA512:
 		if k.SASLUser == "" {
@@ -104,7 +128,7 @@ func (k *kafkaSecurity) Validate() error {
 			errs = append(errs, errors.New("--kafka-sasl-mechanism: PLAIN sends the password in clear; add --kafka-tls or use SCRAM-SHA-256/512"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("--kafka-sasl-mechanism: %q, want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", truncateFlag(k.SASLMechanism)))
+		errs = append(errs, fmt.Errorf("--kafka-sasl-mechanism: %q, want PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", truncateFlag(k.SASLMechanism)))
 	}
 	if len(errs) == 0 {
 		// Read the files now so a bad one fails at start, naming its flag.
@@ -172,8 +196,19 @@ func (k *kafkaSecurity) mechanism() sasl.Mechanism {
 		return scram.Auth{User: k.SASLUser, Pass: k.SASLPassword}.AsSha256Mechanism()
 	case saslSCRAMSHA512:
 		return scram.Auth{User: k.SASLUser, Pass: k.SASLPassword}.AsSha512Mechanism()
+	case saslOAuthBearer:
+		return oauth.Oauth(func(context.Context) (oauth.Auth, error) {
+			tok, err := k.oauthToken()
+			return oauth.Auth{Token: tok}, err
+		})
 	}
 	return nil
+}
+
+// oauthToken reads the OAUTHBEARER token file; errors name the flag and
+// never hold the token.
+func (k *kafkaSecurity) oauthToken() (string, error) {
+	return readSecretFile("--kafka-sasl-oauth-token-file", k.SASLOAuthTokenFile)
 }
 
 // readSecretFile reads a secret as Kubernetes mounts it: the whole file,

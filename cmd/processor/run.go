@@ -168,16 +168,14 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	}
 	pacerLanes := p.Pacer().Lanes
 	lanes.Store(&pacerLanes)
-	adm := kadm.NewClient(p.Client())
 	if err := metrics.Observe(telemetry.Gauges{
 		Lanes:           p.Pacer().Lanes,
 		InFlight:        p.InFlight,
 		InFlightLimit:   p.InFlightLimit,
 		ProduceFailures: p.ProduceFailures,
 		Stuck:           p.Stuck,
-		Lag: func(ctx context.Context) (map[string]telemetry.Lag, error) {
-			return groupLag(ctx, adm, cfg.Group, p.Held())
-		},
+		Lag:             p.Lag,
+		Held:            p.Held,
 	}); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
@@ -321,36 +319,4 @@ func firstEnv(keys ...string) string {
 		}
 	}
 	return ""
-}
-
-// groupLag is the consumer lag of the group per topic; held counts, per
-// retry topic, the records this process holds until due.
-func groupLag(ctx context.Context, adm *kadm.Client, group string, held map[string]int) (map[string]telemetry.Lag, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	lags, err := adm.Lag(ctx, group)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]telemetry.Lag)
-	for _, gl := range lags {
-		if gl.Error() != nil {
-			return nil, gl.Error()
-		}
-		for topic, parts := range gl.Lag {
-			l := out[topic]
-			for _, pl := range parts {
-				if pl.Lag > 0 {
-					l.Total += pl.Lag
-				}
-			}
-			out[topic] = l
-		}
-	}
-	for topic, n := range held {
-		l := out[topic]
-		l.NotDue = min(int64(n), l.Total)
-		out[topic] = l
-	}
-	return out, nil
 }

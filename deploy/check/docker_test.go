@@ -138,6 +138,28 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("ENTRYPOINT %s, want the exec form of the copied binary %s", entrypoint, copied)
 	}
 
+	// OCI annotations, the version the one stamped into the binary.
+	labels := map[string]string{}
+	for _, in := range final {
+		if in.cmd != "LABEL" {
+			continue
+		}
+		for _, m := range regexp.MustCompile(`([a-z.]+)="([^"]*)"`).FindAllStringSubmatch(in.args, -1) {
+			labels[m[1]] = m[2]
+		}
+	}
+	for _, k := range []string{"title", "description", "version", "revision", "created", "source"} {
+		if _, ok := labels["org.opencontainers.image."+k]; !ok {
+			t.Errorf("final stage lacks LABEL org.opencontainers.image.%s", k)
+		}
+	}
+	if labels["org.opencontainers.image.version"] != "${VERSION}" || !strings.Contains(buildRun, "-X main.version=${VERSION}") {
+		t.Errorf("the image's version label %q and the binary's -X main.version do not both come from ARG VERSION", labels["org.opencontainers.image.version"])
+	}
+	if labels["org.opencontainers.image.revision"] != "${REVISION}" {
+		t.Errorf("revision label %q, want ${REVISION}", labels["org.opencontainers.image.revision"])
+	}
+
 	// Every variable the image sets is one the processor reads.
 	checkEnvNames(t, "Dockerfile ENV", []string{"run"}, dockerfileEnv(t))
 	exposed := ""

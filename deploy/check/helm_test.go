@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,16 +44,26 @@ const (
 	namespace   = "notifications"
 )
 
-// valueSets are the values files the chart must lint, render and decode
-// with: the defaults, and between them every optional feature.
-var valueSets = []struct {
-	name string
-	file string // relative to chartDir; "" = chart defaults only
-}{
-	{"defaults", ""},
-	{"all-features", "ci/all-features-values.yaml"},
-	{"keda", "ci/keda-values.yaml"},
-	{"existing-secret", "ci/existing-secret-values.yaml"},
+// valueSet is values the chart must lint, render and decode with: a
+// values file, and values given inline on top (as --set would).
+type valueSet struct {
+	name   string
+	file   string // relative to chartDir; "" = chart defaults only
+	inline string // YAML merged over file
+}
+
+// minimalValues is the least a documented install gives: the keys from an
+// existing Secret (the chart refuses to render without keys).
+const minimalValues = "secrets:\n  existingSecret: tierpush-keys\n"
+
+// valueSets are the defaults (plus the keys) and the ci files, between
+// them every optional feature.
+var valueSets = []valueSet{
+	{name: "defaults", inline: minimalValues},
+	{name: "all-features", file: "ci/all-features-values.yaml"},
+	{name: "keda", file: "ci/keda-values.yaml"},
+	{name: "existing-secret", file: "ci/existing-secret-values.yaml"},
+	{name: "production", file: "ci/production-values.yaml"},
 }
 
 func loadChart(t *testing.T) *chart.Chart {
@@ -74,6 +85,20 @@ func readValues(t *testing.T, file string) map[string]any {
 		t.Fatalf("read %s: %v", file, err)
 	}
 	return v
+}
+
+// values reads a value set: its file, then its inline values over it.
+func (vs valueSet) values(t *testing.T) map[string]any {
+	t.Helper()
+	v := readValues(t, vs.file)
+	if vs.inline == "" {
+		return v
+	}
+	over, err := common.ReadValues([]byte(vs.inline))
+	if err != nil {
+		t.Fatalf("%s inline values: %v", vs.name, err)
+	}
+	return util.MergeTables(over, v)
 }
 
 // render renders the chart as `helm install` would, schema validation
@@ -104,7 +129,7 @@ func render(ch *chart.Chart, vals map[string]any) (map[string]string, string, er
 func TestChartLints(t *testing.T) {
 	for _, vs := range valueSets {
 		t.Run(vs.name, func(t *testing.T) {
-			res := lint.RunAll(chartDir, readValues(t, vs.file), namespace)
+			res := lint.RunAll(chartDir, vs.values(t), namespace)
 			for _, m := range res.Messages {
 				if m.Severity >= support.WarningSev {
 					t.Errorf("lint: %v", m)
@@ -239,15 +264,17 @@ type rendered struct {
 	pdb     *policyv1.PodDisruptionBudget
 	hpa     *autoscalingv2.HorizontalPodAutoscaler
 	sm      *monitoringv1.ServiceMonitor
+	rule    *monitoringv1.PrometheusRule
+	dash    *corev1.ConfigMap // the Grafana dashboard
 	so      *scaledObject
 	sa      *corev1.ServiceAccount
 	merged  map[string]any // chart defaults overlaid with the value set
 	setName string
 }
 
-func renderAndDecode(t *testing.T, ch *chart.Chart, name, file string) *rendered {
+func renderAndDecode(t *testing.T, ch *chart.Chart, vs valueSet) *rendered {
 	t.Helper()
-	vals := readValues(t, file)
+	name, vals := vs.name, vs.values(t)
 	manifests, notes, err := render(ch, vals)
 	if err != nil {
 		t.Fatalf("render: %v", err)
@@ -274,12 +301,21 @@ func renderAndDecode(t *testing.T, ch *chart.Chart, name, file string) *rendered
 				t.Fatalf("%s: %T has no object metadata", tpl, obj)
 			}
 			kind := fmt.Sprintf("%T", obj)
+			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Labels["grafana_dashboard"] != "" {
+				kind += " (dashboard)"
+			}
 			r.byKind[kind] = append(r.byKind[kind], mo)
 			switch o := obj.(type) {
 			case *appsv1.Deployment:
 				r.dep = o
 			case *corev1.ConfigMap:
-				r.cm = o
+				if o.Labels["grafana_dashboard"] != "" {
+					r.dash = o
+				} else {
+					r.cm = o
+				}
+			case *monitoringv1.PrometheusRule:
+				r.rule = o
 			case *corev1.Secret:
 				r.secret = o
 			case *corev1.Service:
@@ -344,15 +380,18 @@ func TestChartRendersAndDecodesStrictly(t *testing.T) {
 	ch := loadChart(t)
 	for _, vs := range valueSets {
 		t.Run(vs.name, func(t *testing.T) {
-			r := renderAndDecode(t, ch, vs.name, vs.file)
+			r := renderAndDecode(t, ch, vs)
 			t.Run("features", func(t *testing.T) { checkFeatures(t, r) })
 			t.Run("labels", func(t *testing.T) { checkLabels(t, r) })
 			t.Run("deployment", func(t *testing.T) { checkDeployment(t, r) })
 			t.Run("selectors", func(t *testing.T) { checkSelectors(t, r) })
 			t.Run("processor accepts config and env", func(t *testing.T) { checkProcessorConfig(t, r) })
 			t.Run("topics job", func(t *testing.T) { checkTopicsJob(t, r) })
+			t.Run("kafka security", func(t *testing.T) { checkKafkaSecurity(t, r) })
+			t.Run("alerts", func(t *testing.T) { checkPrometheusRule(t, r) })
+			t.Run("dashboard", func(t *testing.T) { checkDashboard(t, r) })
 			t.Run("autoscaling", func(t *testing.T) { checkAutoscaling(t, r) })
-			t.Run("configmap documents", func(t *testing.T) { checkDocuments(t, r) })
+			t.Run("config sections", func(t *testing.T) { checkConfigSections(t, r) })
 			t.Run("notes", func(t *testing.T) { checkNotes(t, r) })
 		})
 	}
@@ -367,6 +406,8 @@ func checkFeatures(t *testing.T, r *rendered) {
 		present bool
 	}{
 		{"ServiceMonitor", r.valBool("metrics.serviceMonitor.enabled"), r.sm != nil},
+		{"PrometheusRule", r.valBool("metrics.prometheusRule.enabled"), r.rule != nil},
+		{"Grafana dashboard ConfigMap", r.valBool("metrics.grafanaDashboard.enabled"), r.dash != nil},
 		{"HorizontalPodAutoscaler", r.valBool("autoscaling.enabled"), r.hpa != nil},
 		{"ScaledObject", r.valBool("keda.enabled"), r.so != nil},
 		{"PodDisruptionBudget", r.valBool("podDisruptionBudget.enabled"), r.pdb != nil},
@@ -511,6 +552,29 @@ func checkDeployment(t *testing.T, r *rendered) {
 	if _, ok := r.cm.Data["processor.yaml"]; !ok {
 		t.Error("ConfigMap has no processor.yaml")
 	}
+	checkVolumes(t, "Deployment", pod)
+
+	// extraVolumes, extraVolumeMounts and extraEnvFrom arrive as given.
+	for _, x := range []struct {
+		value string
+		names []string
+	}{
+		{"extraVolumes", volumeNames(pod.Volumes)},
+		{"extraVolumeMounts", mountPaths(c.VolumeMounts)},
+	} {
+		for _, v := range asMaps(r.val(x.value)) {
+			key := fmt.Sprint(v["name"])
+			if x.value == "extraVolumeMounts" {
+				key = fmt.Sprint(v["mountPath"])
+			}
+			if !slices.Contains(x.names, key) {
+				t.Errorf("%s entry %s is not in the Deployment (%v)", x.value, key, x.names)
+			}
+		}
+	}
+	if want := len(asMaps(r.val("extraEnvFrom"))); len(c.EnvFrom) != want {
+		t.Errorf("envFrom has %d sources, extraEnvFrom %d", len(c.EnvFrom), want)
+	}
 
 	// Secrets: from the chart's Secret with its keys, or the existing one.
 	existing := r.valString("secrets.existingSecret")
@@ -543,6 +607,60 @@ func checkDeployment(t *testing.T, r *rendered) {
 			}
 		}
 	}
+}
+
+// checkVolumes: every mount names a volume of the pod, no volume name or
+// mount path is taken twice.
+func checkVolumes(t *testing.T, what string, pod corev1.PodSpec) {
+	t.Helper()
+	vols := volumeNames(pod.Volumes)
+	seen := map[string]bool{}
+	for _, v := range vols {
+		if seen[v] {
+			t.Errorf("%s: volume %s twice", what, v)
+		}
+		seen[v] = true
+	}
+	for _, c := range pod.Containers {
+		paths := map[string]bool{}
+		for _, m := range c.VolumeMounts {
+			if !seen[m.Name] {
+				t.Errorf("%s: container %s mounts volume %s, which the pod lacks", what, c.Name, m.Name)
+			}
+			if paths[m.MountPath] {
+				t.Errorf("%s: container %s mounts %s twice", what, c.Name, m.MountPath)
+			}
+			paths[m.MountPath] = true
+		}
+	}
+}
+
+func volumeNames(vs []corev1.Volume) []string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, v.Name)
+	}
+	return out
+}
+
+func mountPaths(ms []corev1.VolumeMount) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.MountPath)
+	}
+	return out
+}
+
+// asMaps reads a list of objects of the values.
+func asMaps(v any) []map[string]any {
+	var out []map[string]any
+	l, _ := v.([]any)
+	for _, x := range l {
+		if m, ok := x.(map[string]any); ok {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func checkPodSecurity(t *testing.T, what string, pod corev1.PodSpec) {
@@ -664,13 +782,16 @@ func checkProcessorConfig(t *testing.T, r *rendered) {
 	if err := yaml.UnmarshalStrict([]byte(r.cm.Data["processor.yaml"]), &cfg); err != nil {
 		t.Fatalf("processor.yaml: %v", err)
 	}
-	for k := range cfg {
+	flagKeys := maps.Clone(cfg)
+	delete(flagKeys, "tiers") // the sections, checked by checkConfigSections
+	delete(flagKeys, "pacing")
+	for k := range flagKeys {
 		if _, ok := runFlags[k]; !ok {
 			t.Errorf("processor.yaml key %q is no flag of processor run (the processor would refuse to start)", k)
 		}
 	}
 	if r.setName == "defaults" {
-		checkChartDefaults(t, cfg, runFlags)
+		checkChartDefaults(t, flagKeys, runFlags)
 	}
 
 	// Every environment variable is one the processor reads.
@@ -681,31 +802,18 @@ func checkProcessorConfig(t *testing.T, r *rendered) {
 	checkEnvNames(t, "Deployment env", []string{"run"}, env)
 
 	// The processor accepts the config file and the environment, with the
-	// Secret's values (or test keys when the Secret is external or empty).
-	testKeys := map[string]string{
-		"VAPID_PUBLIC_KEY": testVAPIDPublic, "VAPID_PRIVATE_KEY": testVAPIDPrivate,
-		"VAPID_SUBJECT": "mailto:ci@tierpush.invalid", "TIERPUSH_HMAC_KEY": base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)),
-	}
-	runEnv := map[string]string{}
-	for _, e := range c.Env {
-		switch {
-		case e.ValueFrom == nil:
-			runEnv[e.Name] = e.Value
-		case e.ValueFrom.SecretKeyRef != nil:
-			v := ""
-			if r.secret != nil && e.ValueFrom.SecretKeyRef.Name == r.secret.Name {
-				v = string(r.secret.Data[e.ValueFrom.SecretKeyRef.Key])
-			}
-			if v == "" {
-				v = testKeys[e.Name]
-			}
-			if v != "" {
-				runEnv[e.Name] = v
-			}
-		}
+	// Secret's values (or test keys when the Secret is external or empty)
+	// and test files in place of the mounted Secrets.
+	runEnv := containerEnv(t, r, r.dep.Spec.Template.Spec, c)
+	content := r.cm.Data["processor.yaml"]
+	if !configSectionsRead() {
+		// This build of the processor refuses tiers: and pacing: in
+		// --config (an older image would too); the rest must still pass.
+		t.Logf("processor run does not read tiers: and pacing: from --config; checked without them")
+		content = withoutSections(t, content, "tiers", "pacing")
 	}
 	file := filepath.Join(t.TempDir(), "processor.yaml")
-	if err := os.WriteFile(file, []byte(r.cm.Data["processor.yaml"]), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	args := slices.Clone(c.Args)
@@ -758,10 +866,23 @@ func checkTopicsJob(t *testing.T, r *rendered) {
 		t.Errorf("topics Job restartPolicy %q", pod.RestartPolicy)
 	}
 	checkPodSecurity(t, "topics Job", pod)
-	// A pre-install hook runs before the release's other objects exist.
-	if pod.ServiceAccountName != "" || len(pod.Volumes) > 0 || len(pod.Containers[0].EnvFrom) > 0 {
+	// A pre-install hook runs before the release's other objects exist:
+	// only Secrets created beforehand (Kafka TLS and SASL) may be used.
+	if pod.ServiceAccountName != "" || len(pod.Containers[0].EnvFrom) > 0 {
 		t.Error("topics Job depends on objects of the release, which do not exist yet at pre-install")
 	}
+	external := []string{r.valString("kafka.tls.existingSecret"), r.valString("kafka.sasl.existingSecret")}
+	for _, v := range pod.Volumes {
+		if v.Secret == nil || v.Secret.SecretName == "" || !slices.Contains(external, v.Secret.SecretName) {
+			t.Errorf("topics Job volume %s is not a Kafka Secret created beforehand (%v): at pre-install the release's objects do not exist", v.Name, external)
+		}
+	}
+	for _, e := range pod.Containers[0].Env {
+		if e.ValueFrom != nil && (e.ValueFrom.SecretKeyRef == nil || !slices.Contains(external, e.ValueFrom.SecretKeyRef.Name)) {
+			t.Errorf("topics Job env %s reads %+v, not a Kafka Secret created beforehand", e.Name, e.ValueFrom)
+		}
+	}
+	checkVolumes(t, "topics Job", pod)
 	c := pod.Containers[0]
 	if c.Image != r.dep.Spec.Template.Spec.Containers[0].Image {
 		t.Errorf("topics Job image %s differs from the processor's", c.Image)
@@ -790,7 +911,12 @@ func checkTopicsJob(t *testing.T, r *rendered) {
 	if want := "--brokers=" + strings.Join(toStrings(cfg["brokers"]), ","); !slices.Contains(rest, want) {
 		t.Errorf("topics Job args %q lack %s", rest, want)
 	}
-	checkAccepted(t, "topics Job", c.Args, nil)
+	jobEnv := map[string]string{}
+	for _, e := range c.Env {
+		jobEnv[e.Name] = e.Value
+	}
+	checkEnvNames(t, "topics Job env", command, jobEnv)
+	checkAccepted(t, "topics Job", c.Args, containerEnv(t, r, pod, c))
 }
 
 func toStrings(v any) []string {
@@ -827,8 +953,12 @@ func checkAutoscaling(t *testing.T, r *rendered) {
 		if so.Spec.MinReplicaCount == nil || so.Spec.MaxReplicaCount == nil || *so.Spec.MinReplicaCount > *so.Spec.MaxReplicaCount {
 			t.Errorf("ScaledObject min %v > max %v", so.Spec.MinReplicaCount, so.Spec.MaxReplicaCount)
 		}
-		if len(so.Spec.Triggers) != 1 || so.Spec.Triggers[0].Type != "kafka" {
-			t.Fatalf("ScaledObject triggers %+v, want one kafka trigger", so.Spec.Triggers)
+		if len(so.Spec.Triggers) != 1 || so.Spec.Triggers[0].Type != r.valString("keda.trigger") {
+			t.Fatalf("ScaledObject triggers %+v, want one %s trigger", so.Spec.Triggers, r.valString("keda.trigger"))
+		}
+		if so.Spec.Triggers[0].Type == "prometheus" {
+			checkPrometheusTrigger(t, r, so.Spec.Triggers[0].Metadata)
+			return
 		}
 		md := so.Spec.Triggers[0].Metadata
 		brokers := toStrings(r.val("kafka.brokers"))
@@ -849,99 +979,138 @@ func checkAutoscaling(t *testing.T, r *rendered) {
 	}
 }
 
-// checkDocuments: tiers.yaml documents the processor's real ladders (with
-// default values), pacing.yaml carries exactly the planned keys, and
-// neither is passed to --config.
-func checkDocuments(t *testing.T, r *rendered) {
-	var tiersDoc map[string]struct {
-		Steps       []string `json:"steps"`
-		MaxAttempts int      `json:"max_attempts"`
-		Weight      int      `json:"weight"`
+// checkConfigSections: processor.yaml's tiers: section holds the values'
+// ladders (the processor's defaults with the chart's), and its pacing:
+// section holds --pacing-* flags under their config-file keys, with the
+// processor's defaults; pacing.enabled is TIERPUSH_PACING.
+func checkConfigSections(t *testing.T, r *rendered) {
+	var cfg struct {
+		Tiers map[string]struct {
+			Steps       []string `json:"steps"`
+			MaxAttempts int      `json:"max_attempts"`
+			Weight      int      `json:"weight"`
+		} `json:"tiers"`
+		Pacing map[string]any `json:"pacing"`
 	}
-	if err := yaml.UnmarshalStrict([]byte(r.cm.Data["tiers.yaml"]), &tiersDoc); err != nil {
-		t.Fatalf("tiers.yaml: %v\n%s", err, r.cm.Data["tiers.yaml"])
+	if err := yaml.Unmarshal([]byte(r.cm.Data["processor.yaml"]), &cfg); err != nil {
+		t.Fatalf("processor.yaml: %v", err)
 	}
-	if len(tiersDoc) != 3 {
-		t.Errorf("tiers.yaml has tiers %v, want tier1..3", slices.Collect(maps.Keys(tiersDoc)))
+	if got := slices.Sorted(maps.Keys(cfg.Tiers)); !slices.Equal(got, []string{"tier1", "tier2", "tier3"}) {
+		t.Errorf("processor.yaml tiers %v, want tier1..3", got)
 	}
-	for name, l := range tiersDoc {
+	for name, l := range cfg.Tiers {
 		var steps []time.Duration
 		for _, s := range l.Steps {
 			d, err := time.ParseDuration(s)
 			if err != nil {
-				t.Errorf("tiers.yaml %s step %q: %v", name, s, err)
+				t.Errorf("tiers.%s step %q: %v", name, s, err)
 			}
 			steps = append(steps, d)
+		}
+		var want []time.Duration
+		for _, s := range toStrings(r.val("tiers." + name + ".steps")) {
+			d, _ := time.ParseDuration(s)
+			want = append(want, d)
+		}
+		if !slices.Equal(steps, want) || l.MaxAttempts != r.valInt("tiers."+name+".maxAttempts") || l.Weight != r.valInt("tiers."+name+".weight") {
+			t.Errorf("tiers.%s rendered %v %d attempts weight %d, values say %v %d %d", name, steps, l.MaxAttempts, l.Weight,
+				want, r.valInt("tiers."+name+".maxAttempts"), r.valInt("tiers."+name+".weight"))
 		}
 		if r.setName != "defaults" {
 			continue
 		}
-		want, ok := defaultPolicy[name]
-		if !ok || !slices.Equal(steps, want.Steps) || l.MaxAttempts != want.MaxAttempts || l.Weight != want.Weight {
-			t.Errorf("tiers.yaml %s = %v %d attempts weight %d; the processor's default is %v %d attempts weight %d",
-				name, steps, l.MaxAttempts, l.Weight, want.Steps, want.MaxAttempts, want.Weight)
+		def, ok := defaultPolicy[name]
+		if !ok || !slices.Equal(steps, def.Steps) || l.MaxAttempts != def.MaxAttempts || l.Weight != def.Weight {
+			t.Errorf("chart default tiers.%s = %v %d attempts weight %d; the processor's is %v %d attempts weight %d",
+				name, steps, l.MaxAttempts, l.Weight, def.Steps, def.MaxAttempts, def.Weight)
 		}
 	}
 
-	var pacing map[string]any
-	if err := yaml.UnmarshalStrict([]byte(r.cm.Data["pacing.yaml"]), &pacing); err != nil {
-		t.Fatalf("pacing.yaml: %v", err)
-	}
-	wantKeys := []string{"pacing", "pacing-cut-rate", "pacing-halt-rate", "pacing-max-concurrency", "pacing-window"}
-	if got := slices.Sorted(maps.Keys(pacing)); !slices.Equal(got, wantKeys) {
-		t.Errorf("pacing.yaml keys %v, want %v", got, wantKeys)
-	}
-	if _, err := time.ParseDuration(fmt.Sprint(pacing["pacing-window"])); err != nil {
-		t.Errorf("pacing-window: %v", err)
-	}
-	for _, a := range r.dep.Spec.Template.Spec.Containers[0].Args {
-		if strings.Contains(a, "pacing.yaml") {
-			t.Errorf("pacing.yaml is passed to the processor (%s): an image without pacing flags would not start", a)
-		}
-	}
-
-	// Once the processor has the pacing flags, pacing.yaml must be ready to
-	// merge into processor.yaml: real flag names, the processor's defaults,
-	// values it accepts.
 	runFlags := commandFlags(t, "run")
-	if _, ok := runFlags["pacing-window"]; !ok {
-		t.Logf("processor run has no pacing flags yet; pacing.yaml keys are not checked against it")
-		return
+	asFlags := map[string]any{}
+	for k, v := range cfg.Pacing {
+		flag := "pacing-" + strings.ReplaceAll(k, "_", "-")
+		if _, ok := runFlags[flag]; !ok || strings.Contains(k, "-") {
+			t.Errorf("pacing.%s names no flag of processor run (--%s)", k, flag)
+		}
+		asFlags[flag] = v
 	}
-	for k := range pacing {
-		if _, ok := runFlags[k]; !ok {
-			t.Errorf("pacing.yaml key %q is no flag of processor run", k)
+	for _, k := range []string{"window", "cut_rate", "halt_rate", "max_concurrency"} {
+		if _, ok := cfg.Pacing[k]; !ok {
+			t.Errorf("processor.yaml pacing: lacks %s", k)
 		}
 	}
 	if r.setName == "defaults" {
-		checkChartDefaults(t, pacing, runFlags)
+		checkChartDefaults(t, asFlags, runFlags)
 	}
-	merged := r.cm.Data["processor.yaml"] + r.cm.Data["pacing.yaml"]
-	file := filepath.Join(t.TempDir(), "merged.yaml")
-	if err := os.WriteFile(file, []byte(merged), 0o600); err != nil {
-		t.Fatal(err)
+	// Whether or not this build reads the section, its values must be
+	// ones the flags accept.
+	args := []string{"run", "--brokers=kafka:9092"}
+	for _, f := range slices.Sorted(maps.Keys(asFlags)) {
+		args = append(args, fmt.Sprintf("--%s=%v", f, asFlags[f]))
 	}
-	checkAccepted(t, "processor.yaml with pacing.yaml merged", []string{"run", "--config=" + file}, map[string]string{
+	checkAccepted(t, "pacing: as flags", args, testRunEnv())
+	c := r.dep.Spec.Template.Spec.Containers[0]
+	if got, want := envValue(c, "TIERPUSH_PACING"), strconv.FormatBool(r.valBool("pacing.enabled")); got != want {
+		t.Errorf("TIERPUSH_PACING = %q, pacing.enabled is %s", got, want)
+	}
+}
+
+// configSectionsRead reports whether this build of `processor run` reads
+// the tiers: and pacing: sections of --config.
+var configSectionsRead = sync.OnceValue(func() bool {
+	dir, err := os.MkdirTemp("", "tierpush-sections")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	file := filepath.Join(dir, "c.yaml")
+	doc := "brokers: [kafka:9092]\ntiers:\n  tier1:\n    steps: [2s, 8s, 60s]\n    max_attempts: 5\n    weight: 6\npacing:\n  window: 60s\n"
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		panic(err)
+	}
+	return acceptedErr([]string{"run", "--config=" + file}, testRunEnv()) == nil
+})
+
+// testRunEnv is the keys `processor run` needs to pass its checks.
+func testRunEnv() map[string]string {
+	return map[string]string{
 		"VAPID_PUBLIC_KEY": testVAPIDPublic, "VAPID_PRIVATE_KEY": testVAPIDPrivate, "VAPID_SUBJECT": "mailto:ci@tierpush.invalid",
 		"TIERPUSH_HMAC_KEY": base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)),
-	})
+	}
+}
+
+// withoutSections drops top-level keys from a YAML document.
+func withoutSections(t *testing.T, doc string, keys ...string) string {
+	t.Helper()
+	var m map[string]any
+	if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		delete(m, k)
+	}
+	out, err := yaml.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
 }
 
 func checkNotes(t *testing.T, r *rendered) {
 	if !strings.Contains(r.notes, r.dep.Name) {
 		t.Errorf("NOTES.txt does not name the release's objects:\n%s", r.notes)
 	}
-	warned := strings.Contains(r.notes, "WARNING")
-	missingKeys := r.valString("secrets.existingSecret") == "" && (r.valString("secrets.vapidPrivateKey") == "" || r.valString("secrets.hmacKey") == "")
-	if warned != missingKeys {
-		t.Errorf("NOTES.txt warns about missing keys: %v, keys missing: %v\n%s", warned, missingKeys, r.notes)
-	}
 }
 
 func TestChartRejectsBadValues(t *testing.T) {
 	ch := loadChart(t)
-	if _, _, err := render(ch, map[string]any{}); err != nil {
-		t.Fatalf("defaults do not render: %v", err)
+	base, err := common.ReadValues([]byte(minimalValues))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := render(ch, base); err != nil {
+		t.Fatalf("defaults with an existing Secret do not render: %v", err)
 	}
 	tests := []struct {
 		name    string
@@ -962,6 +1131,11 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"pull policy", "image:\n  pullPolicy: Sometimes", "pullPolicy"},
 		{"insecure endpoint without port", "config:\n  allowInsecureEndpoints: [pushsim]", "allowInsecureEndpoints"},
 		{"HPA and KEDA together", "autoscaling:\n  enabled: true\nkeda:\n  enabled: true", "mutually exclusive"},
+		{"KEDA prometheus without a server", "keda:\n  enabled: true\n  trigger: prometheus", "keda.prometheus.serverAddress"},
+		{"KEDA prometheus from zero", "keda:\n  enabled: true\n  trigger: prometheus\n  minReplicaCount: 0\n  prometheus: {serverAddress: 'http://prom:9090'}", "minReplicaCount"},
+		{"KEDA trigger unknown", "keda:\n  enabled: true\n  trigger: cpu", "trigger"},
+		{"alert duration in words", "metrics:\n  prometheusRule: {breakerOpenFor: 15 minutes}", "breakerOpenFor"},
+		{"DLQ share above 1", "metrics:\n  prometheusRule: {dlqShare: 5}", "dlqShare"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -969,7 +1143,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, _, err = render(ch, vals)
+			_, _, err = render(ch, util.MergeTables(vals, base))
 			if err == nil {
 				t.Fatalf("values %q rendered, want an error naming %s", tt.values, tt.wantErr)
 			}
@@ -980,12 +1154,56 @@ func TestChartRejectsBadValues(t *testing.T) {
 	}
 }
 
+// TestChartRequiresKeys: without secrets.existingSecret, an install that
+// leaves any key empty fails at template time naming the keys, instead of
+// rendering pods that exit 2 and crash-loop.
+func TestChartRequiresKeys(t *testing.T) {
+	ch := loadChart(t)
+	full := map[string]string{
+		"vapidPublicKey": testVAPIDPublic, "vapidPrivateKey": testVAPIDPrivate,
+		"vapidSubject": "mailto:ci@tierpush.invalid", "hmacKey": base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)),
+	}
+	secrets := func(skip string) map[string]any {
+		s := map[string]any{}
+		for k, v := range full {
+			if k != skip {
+				s[k] = v
+			}
+		}
+		return map[string]any{"secrets": s}
+	}
+	if _, _, err := render(ch, map[string]any{}); err == nil {
+		t.Error("chart defaults (no keys, no existingSecret) rendered")
+	} else {
+		for k := range full {
+			if !strings.Contains(err.Error(), "secrets."+k) {
+				t.Errorf("defaults: error does not name secrets.%s: %v", k, err)
+			}
+		}
+		if !strings.Contains(err.Error(), "secrets.existingSecret") {
+			t.Errorf("defaults: error does not name secrets.existingSecret: %v", err)
+		}
+	}
+	for k := range full {
+		_, _, err := render(ch, secrets(k))
+		if err == nil || !strings.Contains(err.Error(), "secrets."+k) {
+			t.Errorf("secrets.%s empty: %v, want an error naming it", k, err)
+		}
+	}
+	if _, _, err := render(ch, secrets("")); err != nil {
+		t.Errorf("every key given: %v", err)
+	}
+	if _, _, err := render(ch, map[string]any{"secrets": map[string]any{"existingSecret": "tierpush-keys"}}); err != nil {
+		t.Errorf("existingSecret alone: %v", err)
+	}
+}
+
 // TestChartHostPorts: brokers and insecure endpoints must parse as the
 // processor parses them (host:port).
 func TestChartValuesFilesHostPorts(t *testing.T) {
 	for _, vs := range valueSets {
 		ch := loadChart(t)
-		merged, err := util.CoalesceValues(ch, readValues(t, vs.file))
+		merged, err := util.CoalesceValues(ch, vs.values(t))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -73,3 +73,141 @@ app.kubernetes.io/component: processor
 {{- define "tierpush.brokers" -}}
 {{- join "," .Values.kafka.brokers }}
 {{- end }}
+
+{{/*
+The keys are required: without secrets.existingSecret every one of the
+chart's own Secret values must be set, or the pods would exit 2 at start
+and crash-loop. Fail the render instead, saying what to do.
+*/}}
+{{- define "tierpush.requireKeys" -}}
+{{- if not .Values.secrets.existingSecret }}
+{{- $missing := list }}
+{{- range $k := list "vapidPublicKey" "vapidPrivateKey" "vapidSubject" "hmacKey" }}
+{{- if not (index $.Values.secrets $k) }}{{ $missing = append $missing (printf "secrets.%s" $k) }}{{ end }}
+{{- end }}
+{{- if $missing }}
+{{- fail (printf "\n%s empty and secrets.existingSecret not set: the processor would exit 2 at start. Either create a Secret (processor vapid > vapid.env; kubectl create secret generic tierpush-keys --from-env-file=vapid.env --from-literal=TIERPUSH_HMAC_KEY=\"$(openssl rand -base64 32)\") and set secrets.existingSecret=tierpush-keys, or set all of secrets.vapidPublicKey, secrets.vapidPrivateKey, secrets.vapidSubject and secrets.hmacKey." (join ", " $missing)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Kafka TLS and SASL, the same for the processor and the topics Job: values
+that cannot work fail the render, naming the value.
+*/}}
+{{- define "tierpush.kafkaSecurityCheck" -}}
+{{- $tls := .Values.kafka.tls }}
+{{- $sasl := .Values.kafka.sasl }}
+{{- if and (not $tls.enabled) (or $tls.existingSecret $tls.clientCert $tls.serverName) }}
+{{- fail "kafka.tls.existingSecret, clientCert or serverName is set but kafka.tls.enabled is false: set kafka.tls.enabled=true" }}
+{{- end }}
+{{- if and $tls.clientCert (not $tls.existingSecret) }}
+{{- fail "kafka.tls.clientCert needs kafka.tls.existingSecret, the Secret holding the client certificate and key" }}
+{{- end }}
+{{- if and $sasl.mechanism (not $sasl.existingSecret) }}
+{{- fail (printf "kafka.sasl.mechanism %s needs kafka.sasl.existingSecret, the Secret holding the password (and the user name unless kafka.sasl.username is set)" $sasl.mechanism) }}
+{{- end }}
+{{- if and (not $sasl.mechanism) (or $sasl.existingSecret $sasl.username) }}
+{{- fail "kafka.sasl.existingSecret or username is set but kafka.sasl.mechanism is empty: set PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512" }}
+{{- end }}
+{{- if and (eq $sasl.mechanism "PLAIN") (not $tls.enabled) }}
+{{- fail "kafka.sasl.mechanism PLAIN sends the password in clear: set kafka.tls.enabled=true or use SCRAM-SHA-256/512" }}
+{{- end }}
+{{- end }}
+
+{{/* Where the Kafka TLS and SASL Secrets are mounted. */}}
+{{- define "tierpush.kafkaTLSDir" -}}/etc/tierpush-kafka/tls{{- end }}
+{{- define "tierpush.kafkaSASLDir" -}}/etc/tierpush-kafka/sasl{{- end }}
+
+{{/* TIERPUSH_KAFKA_* variables of a container that connects to Kafka. */}}
+{{- define "tierpush.kafkaEnv" -}}
+{{- $tls := .Values.kafka.tls }}
+{{- $sasl := .Values.kafka.sasl }}
+{{- if $tls.enabled }}
+- name: TIERPUSH_KAFKA_TLS
+  value: "true"
+{{- if and $tls.existingSecret $tls.existingSecretKeys.ca }}
+- name: TIERPUSH_KAFKA_TLS_CA
+  value: {{ include "tierpush.kafkaTLSDir" . }}/ca.crt
+{{- end }}
+{{- if $tls.clientCert }}
+- name: TIERPUSH_KAFKA_TLS_CERT
+  value: {{ include "tierpush.kafkaTLSDir" . }}/tls.crt
+- name: TIERPUSH_KAFKA_TLS_KEY
+  value: {{ include "tierpush.kafkaTLSDir" . }}/tls.key
+{{- end }}
+{{- with $tls.serverName }}
+- name: TIERPUSH_KAFKA_TLS_SERVER_NAME
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- if $sasl.mechanism }}
+- name: TIERPUSH_KAFKA_SASL_MECHANISM
+  value: {{ $sasl.mechanism | quote }}
+- name: TIERPUSH_KAFKA_SASL_USER
+{{- if $sasl.username }}
+  value: {{ $sasl.username | quote }}
+{{- else }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $sasl.existingSecret }}
+      key: {{ $sasl.existingSecretKeys.username }}
+{{- end }}
+- name: TIERPUSH_KAFKA_SASL_PASSWORD_FILE
+  value: {{ include "tierpush.kafkaSASLDir" . }}/password
+{{- end }}
+{{- end }}
+
+{{/* Volumes of the Kafka TLS and SASL Secrets (both created beforehand). */}}
+{{- define "tierpush.kafkaVolumes" -}}
+{{- $tls := .Values.kafka.tls }}
+{{- $sasl := .Values.kafka.sasl }}
+{{- if and $tls.enabled $tls.existingSecret (or $tls.existingSecretKeys.ca $tls.clientCert) }}
+- name: kafka-tls
+  secret:
+    secretName: {{ $tls.existingSecret }}
+    items:
+      {{- with $tls.existingSecretKeys.ca }}
+      - key: {{ . }}
+        path: ca.crt
+      {{- end }}
+      {{- if $tls.clientCert }}
+      - key: {{ $tls.existingSecretKeys.cert }}
+        path: tls.crt
+      - key: {{ $tls.existingSecretKeys.key }}
+        path: tls.key
+      {{- end }}
+{{- end }}
+{{- if $sasl.mechanism }}
+- name: kafka-sasl
+  secret:
+    secretName: {{ $sasl.existingSecret }}
+    items:
+      - key: {{ $sasl.existingSecretKeys.password }}
+        path: password
+{{- end }}
+{{- end }}
+
+{{/* Mounts of tierpush.kafkaVolumes. */}}
+{{- define "tierpush.kafkaVolumeMounts" -}}
+{{- $tls := .Values.kafka.tls }}
+{{- if and $tls.enabled $tls.existingSecret (or $tls.existingSecretKeys.ca $tls.clientCert) }}
+- name: kafka-tls
+  mountPath: {{ include "tierpush.kafkaTLSDir" . }}
+  readOnly: true
+{{- end }}
+{{- if .Values.kafka.sasl.mechanism }}
+- name: kafka-sasl
+  mountPath: {{ include "tierpush.kafkaSASLDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/*
+PromQL label matchers selecting this release's series: metrics.selector, or
+the namespace and service labels a ServiceMonitor scrape of the release's
+Service carries.
+*/}}
+{{- define "tierpush.promSelector" -}}
+{{- .Values.metrics.selector | default (printf "namespace=%q,service=%q" .Release.Namespace (include "tierpush.fullname" .)) }}
+{{- end }}
