@@ -7,7 +7,7 @@ FAULT_RUNS ?= 1
 # The Jaeger v2 all-in-one the end-to-end tracing test runs, built once.
 JAEGER_BIN ?= $(CURDIR)/.cache/jaeger
 
-.PHONY: all build run test test-short test-deploy test-faults lint vet fmt fuzz clean bench-pacing jaeger
+.PHONY: all build run test test-short test-deploy test-pacing-grid test-faults lint vet fmt fuzz clean bench-pacing jaeger
 
 all: build
 
@@ -24,7 +24,15 @@ run:
 test: jaeger
 	$(GO) vet ./...
 	TIERPUSH_JAEGER_BIN=$(JAEGER_BIN) $(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) test-pacing-grid
 	$(MAKE) test-deploy
+
+# The pacing grid (internal/pacing TestGrid): limits 20-3,000 req/s x
+# latencies 5-250 ms x 1 and 3 processors, and a limit that halves or
+# doubles, on a fake clock; without the race detector, which slows it
+# tenfold. GRID_REPORT=docs/img writes its table and chart.
+test-pacing-grid:
+	$(GO) test -count=1 -timeout 10m -run '^TestGrid$$' ./internal/pacing $(if $(GRID_REPORT),-v -args -grid.report $(abspath $(GRID_REPORT)))
 
 # Offline checks of the Dockerfile, docker-compose.yml and the Helm chart
 # (a separate module: Helm, client-go and compose-go stay out of this one).

@@ -3,13 +3,18 @@ package pacing_test
 import (
 	"container/heap"
 	"context"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/tierpush/tierpush/internal/benchplot"
 
 	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/internal/push"
@@ -152,6 +157,8 @@ func (m *modelProcessor) later(t tiers.Tier, at time.Time) {
 
 const gridOrigin = "https://push.grid.example"
 
+var gridReport = flag.String("grid.report", "", "write the grid's table and a chart of the limit changes to this directory")
+
 func runGrid(t *testing.T, c gridCase) gridResult {
 	var res gridResult
 	synctest.Test(t, func(t *testing.T) {
@@ -272,6 +279,9 @@ func TestGrid(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the grid takes a minute")
 	}
+	if raceOn {
+		t.Skip("the grid takes ten minutes with the race detector; make test runs it without")
+	}
 	type cell struct {
 		name string
 		c    gridCase
@@ -292,11 +302,19 @@ func TestGrid(t *testing.T) {
 		}
 	}
 	verbose := os.Getenv("PACING_TIMELINE") != ""
+	var table strings.Builder
+	table.WriteString("| limit (req/s) | latency | processors | seconds | 429 share | goodput (of the limit) | busiest second |\n|---|---|---|---|---|---|---|\n")
+	charts := map[string]gridResult{}
 	for _, cl := range cells {
 		t.Run(cl.name, func(t *testing.T) {
 			r := runGrid(t, cl.c)
+			if cl.c.changeAt > 0 {
+				charts[cl.name] = r
+			}
 			check := func(from, to int, limit float64) {
 				share, goodput, peak := r.measure(from, to)
+				fmt.Fprintf(&table, "| %s | %s | %d | %d–%d | %.2f%% | %.0f%% | %.2f× |\n", strings.TrimSuffix(strings.TrimPrefix(cl.name, "limit="), "/"+strings.SplitN(cl.name, "/", 2)[1]),
+					cl.c.latency, cl.c.processors, from, to, 100*share, 100*goodput/limit, float64(peak)/limit)
 				t.Logf("seconds %d-%d: 429 share %.2f%%, goodput %.0f/s (%.0f%% of %.0f), peak second %d (%.2f×)",
 					from, to, 100*share, goodput, 100*goodput/limit, limit, peak, float64(peak)/limit)
 				if share >= 0.05 {
@@ -324,4 +342,52 @@ func TestGrid(t *testing.T) {
 			check(cl.c.changeAt+10, cl.c.seconds, cl.c.limit*cl.c.changeBy)
 		})
 	}
+	if *gridReport != "" {
+		if err := writeGridReport(*gridReport, table.String(), charts); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// writeGridReport writes the table (grid.md) and, for the runs whose limit
+// changed, the processors' rates against the limit over time (grid.svg).
+func writeGridReport(dir, table string, runs map[string]gridResult) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pacing-grid.md"), []byte(table), 0o644); err != nil {
+		return err
+	}
+	var panels []benchplot.Panel
+	for _, name := range []string{"limit=500×0.5/latency=50ms/processors=3", "limit=500×2/latency=50ms/processors=3"} {
+		r, ok := runs[name]
+		if !ok {
+			continue
+		}
+		by := 0.5
+		if strings.Contains(name, "×2") {
+			by = 2
+		}
+		var rate, limit, ok2 []benchplot.Point
+		for s, ps := range r.perSecond[:len(r.perSecond)-1] {
+			l := 500.0
+			if s >= 30 {
+				l *= by
+			}
+			rate = append(rate, benchplot.Point{X: float64(s), Y: ps.rate})
+			limit = append(limit, benchplot.Point{X: float64(s), Y: l})
+			ok2 = append(ok2, benchplot.Point{X: float64(s), Y: float64(ps.ok)})
+		}
+		panels = append(panels, benchplot.Panel{Title: fmt.Sprintf("3 processors, limit 500/s, ×%v at 30 s", by), YLabel: "requests/s", Series: []benchplot.Series{
+			{Name: "limit", Color: "#d62728", Points: limit},
+			{Name: "rates together", Color: "#1f77b4", Points: rate},
+			{Name: "delivered", Color: "#2ca02c", Points: ok2},
+		}})
+	}
+	f, err := os.Create(filepath.Join(dir, "pacing-grid.svg"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return benchplot.Chart{Title: "Pacing: the processors' rate estimate against the origin's limit", XLabel: "seconds", Panels: panels}.WriteSVG(f)
 }

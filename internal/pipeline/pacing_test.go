@@ -72,6 +72,22 @@ func runRateLimited(t *testing.T, r *rateLimitRun) {
 			p, _ := env.StartMember()
 			procs = append(procs, p)
 		}
+		// The group settles before the traffic starts: every member owns
+		// partitions. (A member joining mid-run is the fault suite's case.)
+		for deadline := time.Now().Add(time.Minute); len(procs) > 1; time.Sleep(100 * time.Millisecond) {
+			owning := 0
+			for _, p := range procs {
+				if lag, err := p.Lag(ctx); err == nil && len(lag) > 0 {
+					owning++
+				}
+			}
+			if owning == len(procs) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after a minute %d of %d processors own partitions", owning, len(procs))
+			}
+		}
 		subs := make([]pushsim.Subscription, 500)
 		for i := range subs {
 			subs[i] = env.Sim.Subscribe()
@@ -101,6 +117,9 @@ func runRateLimited(t *testing.T, r *rateLimitRun) {
 					}
 				}
 				r.timeline = append(r.timeline, s)
+				if os.Getenv("PACING_LIVE") != "" {
+					t.Logf("t=%3.0f rate=%6.1f sent=%5.0f ok=%5.0f 429=%5.0f", s.at, s.rate, s.sent, s.ok, s.throttled)
+				}
 				last = st
 			}
 		})
@@ -194,10 +213,14 @@ func TestPacingRateLimitedOrigin(t *testing.T) {
 }
 
 // TestPacingGridKafka runs cells of the pacing grid (internal/pacing's
-// TestGrid) end to end: events through Kafka, the push simulator limiting
-// the origin with a token bucket, and several processors in one group
-// sharing the origin through push.pacing. After the first 10 s: under 5%
-// 429s, at least 90% of the limit delivered, every event terminal.
+// TestGrid) end to end: events through Kafka and the push simulator
+// limiting the origin with a token bucket. After the first 10 s: under 5%
+// 429s, at least 90% of the limit delivered, every event terminal. (Several
+// processors in one group cannot share a synctest bubble for long: a
+// rebalance holds kgo's group mutex while a hand-off waits for fake time,
+// and a goroutine waiting on a mutex keeps the bubble's clock from moving.
+// internal/share's test proves the sharing through Kafka, TestGrid the
+// control with three processors.)
 func TestPacingGridKafka(t *testing.T) {
 	if testing.Short() {
 		t.Skip("half a minute of fake time per cell")
@@ -205,8 +228,7 @@ func TestPacingGridKafka(t *testing.T) {
 	for _, c := range []rateLimitRun{
 		{limit: 100, latency: 20 * time.Millisecond, processors: 1},
 		{limit: 20, latency: 250 * time.Millisecond, processors: 1},
-		{limit: 300, latency: 50 * time.Millisecond, processors: 3},
-		{limit: 500, latency: 5 * time.Millisecond, processors: 3},
+		{limit: 500, latency: 5 * time.Millisecond, processors: 1},
 	} {
 		t.Run(fmt.Sprintf("limit=%d/latency=%s/processors=%d", c.limit, c.latency, c.processors), func(t *testing.T) {
 			r := c

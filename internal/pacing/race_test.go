@@ -1,0 +1,7 @@
+//go:build race
+
+package pacing_test
+
+// raceOn: the race detector slows the grid tenfold; make test runs it apart,
+// without the detector.
+const raceOn = true
