@@ -29,7 +29,7 @@ func (m *Metrics) NewPacing(log *slog.Logger, lanes func() []pacing.LaneState) (
 	if err != nil {
 		return nil, fmt.Errorf("metric instrument: %w", err)
 	}
-	rate, err := meter.Float64ObservableGauge("tierpush_pacing_rate", metric.WithUnit("1/s"), metric.WithDescription("sends per second this processor allows itself per origin; peers=true: what the other processors sharing the origin last reported"))
+	rate, err := meter.Float64ObservableGauge("tierpush_pacing_rate", metric.WithDescription("sends per second this processor allows itself per origin; peers=true: what the other processors sharing the origin last reported"))
 	if err != nil {
 		return nil, fmt.Errorf("metric instrument: %w", err)
 	}

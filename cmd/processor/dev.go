@@ -161,7 +161,7 @@ func renderStatus(s deliver.Snapshot, held map[string]int, lanes []pacing.LaneSt
 			fmt.Fprintf(&b, "  %-32s %12d %10d %12d\n", a, st.Sends, st.Delivered, st.VAPIDRejected)
 		}
 	}
-	fmt.Fprintf(&b, "\n  %-24s %9s %9s %8s %8s %7s %10s\n", "push service", "sends", "429 rate", "errors", "deferred", "limit", "breaker")
+	fmt.Fprintf(&b, "\n  %-24s %9s %9s %8s %8s %8s %7s %10s\n", "push service", "sends", "429 rate", "errors", "deferred", "rate/s", "limit", "breaker")
 	for _, o := range deliver.SortedKeys(s.Origins) {
 		st := s.Origins[o]
 		rate := 0.0
@@ -173,7 +173,7 @@ func renderStatus(s deliver.Snapshot, held map[string]int, lanes []pacing.LaneSt
 			host = u.Host
 		}
 		l := byOrigin[o]
-		fmt.Fprintf(&b, "  %-24s %9d %8.1f%% %8d %8d %7d %10s\n", host, st.Sends, rate, st.Errors, st.Deferred, l.Limit, l.Breaker)
+		fmt.Fprintf(&b, "  %-24s %9d %8.1f%% %8d %8d %8.1f %7d %10s\n", host, st.Sends, rate, st.Errors, st.Deferred, l.Rate+l.PeerRate, l.Limit, l.Breaker)
 	}
 	return b.String()
 }

@@ -51,17 +51,29 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // series maps a label's value to a gauge's value for one metric family.
 func series(mfs map[string]*dto.MetricFamily, name, label string) map[string]float64 {
+	return seriesWhere(mfs, name, label, "", "")
+}
+
+// seriesWhere is series over the samples whose label only is value (all
+// when only is empty).
+func seriesWhere(mfs map[string]*dto.MetricFamily, name, label, only, value string) map[string]float64 {
 	out := make(map[string]float64)
 	mf := mfs[name]
 	if mf == nil {
 		return out
 	}
 	for _, m := range mf.GetMetric() {
-		key := ""
+		key, keep := "", only == ""
 		for _, lp := range m.GetLabel() {
 			if lp.GetName() == label {
 				key = lp.GetValue()
 			}
+			if lp.GetName() == only && lp.GetValue() == value {
+				keep = true
+			}
+		}
+		if !keep {
+			continue
 		}
 		switch {
 		case m.Gauge != nil:
@@ -79,9 +91,13 @@ func renderProcessorStatus(mfs map[string]*dto.MetricFamily) string {
 	share := series(mfs, "tierpush_pacing_429_share", "origin")
 	state := series(mfs, "tierpush_pacing_breaker_state", "origin")
 	flight := series(mfs, "tierpush_pacing_in_flight", "origin")
+	// tierpush_pacing_rate: this processor's rate (peers="false") and what
+	// the others sharing the origin last reported (peers="true").
+	own := seriesWhere(mfs, "tierpush_pacing_rate", "origin", "peers", "false")
+	all := series(mfs, "tierpush_pacing_rate", "origin")
 	total := series(mfs, "tierpush_in_flight", "")
 	fmt.Fprintf(&b, "in flight: %.0f\n\n", total[""])
-	fmt.Fprintf(&b, "%-40s %7s %9s %10s %9s\n", "push service", "limit", "429 share", "breaker", "in flight")
+	fmt.Fprintf(&b, "%-40s %8s %10s %7s %9s %10s %9s\n", "push service", "rate/s", "all rate/s", "limit", "429 share", "breaker", "in flight")
 	for _, o := range sortedKeys(limit) {
 		br := "closed"
 		switch state[o] {
@@ -90,7 +106,7 @@ func renderProcessorStatus(mfs map[string]*dto.MetricFamily) string {
 		case 2:
 			br = "open"
 		}
-		fmt.Fprintf(&b, "%-40s %7.0f %8.1f%% %10s %9.0f\n", o, limit[o], 100*share[o], br, flight[o])
+		fmt.Fprintf(&b, "%-40s %8.1f %10.1f %7.0f %8.1f%% %10s %9.0f\n", o, own[o], all[o], limit[o], 100*share[o], br, flight[o])
 	}
 	due, notDue := map[string]float64{}, map[string]float64{}
 	if mf := mfs["tierpush_consumer_lag"]; mf != nil {

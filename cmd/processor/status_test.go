@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -18,13 +20,17 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	lanes := func() []pacing.LaneState {
+		return []pacing.LaneState{
+			{Origin: "https://fcm.googleapis.com", Limit: 48, InFlight: 12, Rate429: 0.031, Breaker: pacing.Closed, Rate: 120.5, PeerRate: 240, Peers: 2},
+			{Origin: "https://web.push.apple.com", Limit: 9, InFlight: 0, Rate429: 0.25, Breaker: pacing.Open, Rate: 20},
+		}
+	}
+	if _, err := m.NewPacing(slog.New(slog.NewTextHandler(io.Discard, nil)), lanes); err != nil {
+		t.Fatal(err)
+	}
 	err = m.Observe(telemetry.Gauges{
-		Lanes: func() []pacing.LaneState {
-			return []pacing.LaneState{
-				{Origin: "https://fcm.googleapis.com", Limit: 48, InFlight: 12, Rate429: 0.031, Breaker: pacing.Closed},
-				{Origin: "https://web.push.apple.com", Limit: 9, InFlight: 0, Rate429: 0.25, Breaker: pacing.Open},
-			}
-		},
+		Lanes:    lanes,
 		InFlight: func() int { return 12 },
 		Lag: func(context.Context) (map[string]telemetry.Lag, error) {
 			return map[string]telemetry.Lag{"push.tier1": {Total: 7}, "push.tier1.retry-60s": {Total: 300, NotDue: 280}}, nil
@@ -44,8 +50,8 @@ func TestStatus(t *testing.T) {
 	}
 	for _, want := range []string{
 		"in flight: 12",
-		"https://fcm.googleapis.com                    48      3.1%     closed        12",
-		"https://web.push.apple.com                     9     25.0%       open         0",
+		"https://fcm.googleapis.com                  120.5      360.5      48      3.1%     closed        12",
+		"https://web.push.apple.com                   20.0       20.0       9     25.0%       open         0",
 		"push.tier1.retry-60s                             20            280",
 		"push.tier1                                        7              0",
 		"app (VAPID identity)                        key refused",
