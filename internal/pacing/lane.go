@@ -786,6 +786,13 @@ func (l *lane) cutLocked(now time.Time, acc float64) {
 		next = min(next, fair)
 	}
 	l.rate = max(next*l.cfg.CutFactor, minRate)
+	// A cut proves that the sends of the last seconds were over the
+	// limit, "safe" or not: their 429s are the limit's, not background.
+	for sec := now.Unix() - 2; sec <= now.Unix(); sec++ {
+		if b := &l.seconds[int(sec%int64(len(l.seconds)))]; b.sec == sec {
+			b.safe, b.safeThrottled = 0, 0
+		}
+	}
 	// The ceiling is what the origin took, but never above what this
 	// processor sent: an estimate fed by a burst
 	// allowance would otherwise pull the rate back up past the limit.

@@ -1,0 +1,96 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierpush/tierpush/internal/pipeline"
+	"github.com/tierpush/tierpush/internal/pushsim"
+	"github.com/tierpush/tierpush/internal/testenv"
+	"github.com/tierpush/tierpush/tiers"
+)
+
+// TestTier1BehindFlood: 12,000 tier-3 events produced at once to one push
+// service that allows 400 requests/s, and 300 tier-1 events at once with
+// them or 3 s later. Tier 1 goes ahead of the backlog from the flood's
+// first second: its p99 from production to delivery stays under 250 ms,
+// and none of it is throttled.
+func TestTier1BehindFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("thirty seconds of fake time per case")
+	}
+	for _, after := range []time.Duration{0, 3 * time.Second} {
+		t.Run(fmt.Sprintf("tier 1 %s after the flood", after), func(t *testing.T) {
+			p99, throttled := tier1BehindFlood(t, after)
+			t.Logf("tier-1 p99 %s from production to delivery, %d tier-1 sends throttled", p99, throttled)
+			if p99 >= 250*time.Millisecond {
+				t.Errorf("tier-1 p99 %s, want under 250ms", p99)
+			}
+			if throttled > 0 {
+				t.Errorf("%d tier-1 events were throttled", throttled)
+			}
+		})
+	}
+}
+
+func tier1BehindFlood(t *testing.T, after time.Duration) (p99 time.Duration, throttled int) {
+	synctest.Test(t, func(t *testing.T) {
+		const flood, urgent = 12_000, 300
+		sim := pushsim.DefaultConfig()
+		sim.RateLimit, sim.RetryAfter = 400, 1
+		sim.Latency, sim.LatencyJitter = 20*time.Millisecond, 5*time.Millisecond
+		sim.VerifyEvery, sim.KeepDeliveries = 50, 1
+		env := testenv.Start(t, testenv.Options{Virtual: true, Sim: &sim, Partitions: 8,
+			Pipeline: func(c *pipeline.Config) { c.MaxInFlight = 1024 }})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		subs := make([]pushsim.Subscription, 400)
+		for i := range subs {
+			subs[i] = env.Sim.Subscribe()
+		}
+		events := func(tier tiers.Tier, prefix string, n int) []*kgo.Record {
+			recs := make([]*kgo.Record, n)
+			for i := range recs {
+				sub := subs[i%len(subs)]
+				recs[i] = &kgo.Record{Topic: env.Names.Tier(tier), Key: []byte(sub.ID),
+					Value: testenv.Event(fmt.Sprintf("%s-%05d", prefix, i), sub, "x", map[string]any{"ttl": 3600})}
+			}
+			return recs
+		}
+		if after == 0 {
+			env.Produce(ctx, append(events(tiers.Tier3, "flood", flood), events(tiers.Tier1, "urgent", urgent)...)...)
+		} else {
+			env.Produce(ctx, events(tiers.Tier3, "flood", flood)...)
+			time.Sleep(after)
+			env.Produce(ctx, events(tiers.Tier1, "urgent", urgent)...)
+		}
+		got, err := env.ReadOutcomes(ctx, flood+urgent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lat []time.Duration
+		for id, os := range got {
+			if !strings.HasPrefix(id, "urgent-") {
+				continue
+			}
+			o := os[0]
+			if o.Outcome != "delivered" || o.Attempts > 1 {
+				throttled++
+			}
+			lat = append(lat, time.Duration(o.LatencyMS)*time.Millisecond)
+		}
+		if len(lat) != urgent {
+			t.Fatalf("%d tier-1 outcomes, want %d", len(lat), urgent)
+		}
+		slices.Sort(lat)
+		p99 = lat[len(lat)*99/100]
+	})
+	return p99, throttled
+}
