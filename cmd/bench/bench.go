@@ -216,6 +216,26 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) (*Result, error) {
 		return nil, err
 	}
 	defer r.proc.stop(30 * time.Second)
+	for i := 1; i < sc.Processors; i++ {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		more := append([]string(nil), args...)
+		for j := range more {
+			if more[j] == "--http-addr" {
+				more[j+1] = addr
+			}
+		}
+		c, err := startChild(fmt.Sprintf("processor-%d", i+1), filepath.Join(dir, fmt.Sprintf("processor-%d.log", i+1)), b.bin, env, more...)
+		if err != nil {
+			return nil, err
+		}
+		defer c.stop(30 * time.Second)
+		if err := waitReady(ctx, "http://"+addr+"/readyz", c); err != nil {
+			return nil, err
+		}
+	}
 	r.metrics = "http://" + httpAddr + "/metrics"
 	r.pprof = "http://" + httpAddr + "/debug/pprof/"
 	if err := waitReady(ctx, "http://"+httpAddr+"/readyz", r.proc); err != nil {

@@ -87,7 +87,7 @@ func defaultConfig() config {
 
 func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Events, "events", c.Events, "events per scenario (a, b, c)")
-	fs.Func("scenario", "scenarios to run, comma separated: a (all succeed), b (50 ms per push), c (ledger failure mix), d (rate-limited origin), e (RSS with every event waiting in retry steps), or all (default all)", func(v string) error {
+	fs.Func("scenario", "scenarios to run, comma separated: a (all succeed), b (50 ms per push), c (ledger failure mix), d (rate-limited origin), d100 (100 req/s at 20 ms), d3 (3 processors sharing 300 req/s), e (RSS with every event waiting in retry steps), or all (default all)", func(v string) error {
 		c.Scenarios = strings.Split(v, ",")
 		return nil
 	})
@@ -121,7 +121,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Config, "config", c.Config, "the processor's --config YAML (ladders, pacing, flags), for `processor broker` and `processor run`")
 }
 
-var allScenarios = []string{"a", "b", "c", "d", "e"}
+var allScenarios = []string{"a", "b", "c", "d", "d100", "d3", "e"}
 
 // Validate names the flag at fault.
 func (c *config) Validate() error {
@@ -159,7 +159,7 @@ func (c *config) Validate() error {
 		case slices.Contains(allScenarios, s):
 			names = append(names, s)
 		default:
-			errs = append(errs, fmt.Errorf("--scenario: %q, want a, b, c, d, e or all", s))
+			errs = append(errs, fmt.Errorf("--scenario: %q, want a, b, c, d, d100, d3, e or all", s))
 		}
 	}
 	slices.Sort(names)

@@ -27,6 +27,8 @@ type scenario struct {
 	// HoldRSS waits until every event sits in a retry step, samples the
 	// processor's RSS for the hold time, and stops without outcomes.
 	HoldRSS bool
+	// Processors in the group (default 1); CPU and memory are the first's.
+	Processors int
 }
 
 func scenarioNamed(name string, cfg config) scenario {
@@ -46,6 +48,21 @@ func scenarioNamed(name string, cfg config) scenario {
 			Sim: func(c *pushsim.Config) {
 				c.RateLimit, c.Burst, c.RetryAfter = 500, 500, 1
 				c.Latency, c.LatencyJitter = 15*time.Millisecond, 10*time.Millisecond
+			}}
+	case "d100":
+		// The pacing issue's tighter origin: 100 requests/s, 20 ms.
+		return scenario{Name: "d100", Title: "rate-limited origin (100 req/s, 20 ms), 400 events/s offered", Events: cfg.DEvents / 5, Offered: 400,
+			Sim: func(c *pushsim.Config) {
+				c.RateLimit, c.Burst, c.RetryAfter = 100, 100, 1
+				c.Latency, c.LatencyJitter = 20*time.Millisecond, 5*time.Millisecond
+			}}
+	case "d3":
+		// Three processors in one group sharing one 300 requests/s origin
+		// through push.pacing.
+		return scenario{Name: "d3", Title: "3 processors, one rate-limited origin (300 req/s, 50 ms), 1,200 events/s offered", Events: cfg.DEvents * 3 / 5, Offered: 1200, Processors: 3,
+			Sim: func(c *pushsim.Config) {
+				c.RateLimit, c.Burst, c.RetryAfter = 300, 300, 1
+				c.Latency, c.LatencyJitter = 50*time.Millisecond, 10*time.Millisecond
 			}}
 	case "e":
 		return scenario{Name: "e", Title: fmt.Sprintf("RSS with %d events waiting in retry steps (every push answers 503)", cfg.RSSEvents),
