@@ -167,8 +167,8 @@ func TestConfigValidate(t *testing.T) {
 	}
 	c := defaultConfig()
 	c.Validate()
-	if got := strings.Join(c.Scenarios, ","); got != "a,b,c,d,e" {
-		t.Errorf("default scenarios = %s, want a,b,c,d,e", got)
+	if got := strings.Join(c.Scenarios, ","); got != "a,b,c,d,d100,d3,e" {
+		t.Errorf("default scenarios = %s, want a,b,c,d,d100,d3,e", got)
 	}
 }
 
