@@ -155,7 +155,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 		popts = append(popts, telemetry.PipelineTracing(tp, "tierpush", cfg.Group)...)
 		log.Info("tracing on", "endpoint", firstEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"))
 	}
-	kopts = append(kopts, kgo.WithHooks(metrics.KafkaMeter()))
+	// The consumer's client only: kprom registers its collectors once, and
+	// the pacing topic's client is not worth a second set.
+	popts = append(popts, pipeline.WithClientOpts(kgo.WithHooks(metrics.KafkaMeter())))
 	if cfg.InstanceID != "" {
 		// Static membership: a restart with the same ID takes the old
 		// member's place at once. Close does not leave the group: the

@@ -217,8 +217,9 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 		if cfg.Instance == "" {
 			cfg.Instance = defaultInstance()
 		}
-		ex, err = share.New(share.Config{Topic: cfg.Names.Pacing(), From: cfg.Instance, Now: cfg.Now}, log, pacer,
-			append(kopts[:len(kopts):len(kopts)], o.kopts...))
+		// kopts only: options added with WithClientOpts (metric hooks that
+		// register once per process) are the consumer client's.
+		ex, err = share.New(share.Config{Topic: cfg.Names.Pacing(), From: cfg.Instance, Now: cfg.Now}, log, pacer, kopts)
 		if err != nil {
 			return nil, err
 		}
