@@ -1245,3 +1245,99 @@ func TestChartReadmeCoversValues(t *testing.T) {
 		}
 	}
 }
+
+// testVAPIDKeysFile is a --vapid-keys file with one app, the test pair.
+const testVAPIDKeysFile = "shop:\n  public_key: " + testVAPIDPublic + "\n  private_key: " + testVAPIDPrivate + "\n  subject: mailto:shop@tierpush.invalid\n"
+
+// TestChartVAPIDKeys: vapidKeys.existingSecret mounts the Secret's key
+// read-only and points TIERPUSH_VAPID_KEYS at it, and the default identity
+// may then be left out (all of it, never half); the HMAC key may not.
+func TestChartVAPIDKeys(t *testing.T) {
+	ch := loadChart(t)
+	hmac := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
+	for _, vs := range []valueSet{
+		{name: "existing secret", inline: minimalValues + "vapidKeys: {existingSecret: tierpush-vapid-keys}\n"},
+		{name: "no default identity", inline: "secrets: {hmacKey: " + hmac + "}\nvapidKeys: {existingSecret: apps, key: apps.yaml}\n"},
+		{name: "all-features", file: "ci/all-features-values.yaml"},
+	} {
+		t.Run(vs.name, func(t *testing.T) {
+			r := renderAndDecode(t, ch, vs)
+			pod := r.dep.Spec.Template.Spec
+			c := pod.Containers[0]
+			const file = "/etc/tierpush-vapid/vapid-keys.yaml"
+			if got := envValue(c, "TIERPUSH_VAPID_KEYS"); got != file {
+				t.Errorf("TIERPUSH_VAPID_KEYS = %q, want %s", got, file)
+			}
+			var mount *corev1.VolumeMount
+			for i := range c.VolumeMounts {
+				if c.VolumeMounts[i].MountPath == filepath.Dir(file) {
+					mount = &c.VolumeMounts[i]
+				}
+			}
+			if mount == nil || !mount.ReadOnly {
+				t.Fatalf("no read-only mount at %s: %v", filepath.Dir(file), mountPaths(c.VolumeMounts))
+			}
+			var vol *corev1.Volume
+			for i := range pod.Volumes {
+				if pod.Volumes[i].Name == mount.Name {
+					vol = &pod.Volumes[i]
+				}
+			}
+			secret, key := r.valString("vapidKeys.existingSecret"), r.valString("vapidKeys.key")
+			if vol == nil || vol.Secret == nil || vol.Secret.SecretName != secret ||
+				len(vol.Secret.Items) != 1 || vol.Secret.Items[0].Key != key || vol.Secret.Items[0].Path != filepath.Base(file) {
+				t.Errorf("volume %s is not key %s of Secret %s at %s: %+v", mount.Name, key, secret, filepath.Base(file), vol)
+			}
+			for _, env := range []string{"VAPID_PUBLIC_KEY", "VAPID_PRIVATE_KEY", "VAPID_SUBJECT"} {
+				e := envVar(c, env)
+				if e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Optional == nil || !*e.ValueFrom.SecretKeyRef.Optional {
+					t.Errorf("%s is not optional: pods would not start without a default identity", env)
+				}
+			}
+			if r.secret != nil && r.valString("secrets.vapidPrivateKey") == "" {
+				if _, ok := r.secret.Data["VAPID_PRIVATE_KEY"]; ok {
+					t.Error("the chart's Secret holds an empty default identity")
+				}
+			}
+			checkDeployment(t, r)
+			checkProcessorConfig(t, r)
+		})
+	}
+
+	// The processor accepts the keys file alone, no default identity.
+	r := renderAndDecode(t, ch, valueSet{name: "no default", inline: "secrets: {hmacKey: " + hmac + "}\nvapidKeys: {existingSecret: apps}\n"})
+	c := r.dep.Spec.Template.Spec.Containers[0]
+	env := containerEnv(t, r, r.dep.Spec.Template.Spec, c)
+	for _, k := range vapidEnv {
+		delete(env, k)
+	}
+	dir := t.TempDir()
+	cfg, content := filepath.Join(dir, "processor.yaml"), r.cm.Data["processor.yaml"]
+	if !configSectionsRead() {
+		content = withoutSections(t, content, "tiers", "pacing")
+	}
+	if err := os.WriteFile(cfg, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	checkAccepted(t, "keys file without a default identity", []string{"run", "--config=" + cfg}, env)
+
+	// Without a default identity the HMAC key is still required, and a
+	// default identity must be whole.
+	for name, inline := range map[string]string{
+		"no hmac key":   "vapidKeys: {existingSecret: apps}\n",
+		"half identity": "secrets: {hmacKey: " + hmac + ", vapidPublicKey: " + testVAPIDPublic + "}\nvapidKeys: {existingSecret: apps}\n",
+	} {
+		vals, err := common.ReadValues([]byte(inline))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = render(ch, vals)
+		want := map[string]string{"no hmac key": "secrets.hmacKey", "half identity": "secrets.vapidPrivateKey"}[name]
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error naming %s", name, err, want)
+		}
+	}
+	if _, _, err := render(ch, map[string]any{"vapidKeys": map[string]any{"existingSecret": "Not A Name"}}); err == nil {
+		t.Error("vapidKeys.existingSecret \"Not A Name\" rendered")
+	}
+}

@@ -225,6 +225,8 @@ func testSecretFile(name string) string {
 		return p.cert
 	case "tls.key":
 		return p.key
+	case "vapid-keys.yaml":
+		return testVAPIDKeysFile
 	}
 	return "test-secret-value\n"
 }

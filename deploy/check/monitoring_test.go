@@ -31,6 +31,7 @@ import (
 var wantAlerts = []string{
 	"TierpushDeadLetterRateHigh", "TierpushDueLagGrowing", "TierpushBreakerOpenTooLong", "TierpushRetryLatenessHigh",
 	"TierpushProduceFailing", "TierpushPartitionStuck", "TierpushLedgerStalled", "Tierpush429ShareHigh",
+	"TierpushVAPIDKeyRejected",
 }
 
 // The dashboard's panels the issue asks for, by title.

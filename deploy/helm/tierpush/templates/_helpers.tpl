@@ -77,19 +77,34 @@ app.kubernetes.io/component: processor
 {{/*
 The keys are required: without secrets.existingSecret every one of the
 chart's own Secret values must be set, or the pods would exit 2 at start
-and crash-loop. Fail the render instead, saying what to do.
+and crash-loop. Fail the render instead, saying what to do. With
+vapidKeys.existingSecret (an identity per app) the default VAPID identity
+may be left out, all three values or none; the HMAC key stays required.
 */}}
 {{- define "tierpush.requireKeys" -}}
 {{- if not .Values.secrets.existingSecret }}
+{{- $vapid := list "vapidPublicKey" "vapidPrivateKey" "vapidSubject" }}
+{{- $required := append $vapid "hmacKey" }}
+{{- if .Values.vapidKeys.existingSecret }}
+{{- $given := 0 }}
+{{- range $k := $vapid }}{{ if index $.Values.secrets $k }}{{ $given = add1 $given }}{{ end }}{{ end }}
+{{- $required = ternary (list "hmacKey") $required (eq $given 0) }}
+{{- end }}
 {{- $missing := list }}
-{{- range $k := list "vapidPublicKey" "vapidPrivateKey" "vapidSubject" "hmacKey" }}
+{{- range $k := $required }}
 {{- if not (index $.Values.secrets $k) }}{{ $missing = append $missing (printf "secrets.%s" $k) }}{{ end }}
 {{- end }}
-{{- if $missing }}
-{{- fail (printf "\n%s empty and secrets.existingSecret not set: the processor would exit 2 at start. Either create a Secret (processor vapid > vapid.env; kubectl create secret generic tierpush-keys --from-env-file=vapid.env --from-literal=TIERPUSH_HMAC_KEY=\"$(openssl rand -base64 32)\") and set secrets.existingSecret=tierpush-keys, or set all of secrets.vapidPublicKey, secrets.vapidPrivateKey, secrets.vapidSubject and secrets.hmacKey." (join ", " $missing)) }}
+{{- if and $missing .Values.vapidKeys.existingSecret }}
+{{- fail (printf "\n%s empty and secrets.existingSecret not set: the processor would exit 2 at start. With vapidKeys.existingSecret the default VAPID identity is optional, but the HMAC key is not, and a default identity needs all of secrets.vapidPublicKey, secrets.vapidPrivateKey and secrets.vapidSubject." (join ", " $missing)) }}
+{{- else if $missing }}
+{{- fail (printf "\n%s empty and secrets.existingSecret not set: the processor would exit 2 at start. Either create a Secret (processor vapid > vapid.env; kubectl create secret generic tierpush-keys --from-env-file=vapid.env --from-literal=TIERPUSH_HMAC_KEY=\"$(openssl rand -base64 32)\") and set secrets.existingSecret=tierpush-keys, or set all of secrets.vapidPublicKey, secrets.vapidPrivateKey, secrets.vapidSubject and secrets.hmacKey (or vapidKeys.existingSecret, an identity per app, and secrets.hmacKey)." (join ", " $missing)) }}
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* Where the vapidKeys Secret is mounted, and the file the processor reads. */}}
+{{- define "tierpush.vapidKeysDir" -}}/etc/tierpush-vapid{{- end }}
+{{- define "tierpush.vapidKeysFile" -}}{{ include "tierpush.vapidKeysDir" . }}/vapid-keys.yaml{{- end }}
 
 {{/*
 Kafka TLS and SASL, the same for the processor and the topics Job: values
