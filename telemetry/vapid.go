@@ -21,3 +21,11 @@ func (m *Metrics) vapidInstruments(meter metric.Meter) error {
 func (m *Metrics) VAPIDRejected(app string) {
 	m.vapidRejected.Add(context.Background(), 1, metric.WithAttributes(attribute.String("app", app)))
 }
+
+// VAPIDIdentities starts each configured app's series at zero, so that
+// alerts and dashboards find the metric before the first refusal.
+func (m *Metrics) VAPIDIdentities(apps ...string) {
+	for _, app := range apps {
+		m.vapidRejected.Add(context.Background(), 0, metric.WithAttributes(attribute.String("app", app)))
+	}
+}

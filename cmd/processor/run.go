@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -135,6 +137,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	if err != nil {
 		return err
 	}
+	identities := slices.Sorted(maps.Keys(cfg.apps))
+	if cfg.hasDefaultVAPID() {
+		identities = append(identities, "default")
+	}
+	metrics.VAPIDIdentities(identities...)
 	if err := metrics.BuildInfo(version, buildCommit(), runtime.Version()); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
