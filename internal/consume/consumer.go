@@ -82,6 +82,10 @@ type Consumer struct {
 
 	mu    sync.Mutex
 	parts map[topicPart]*worker // partitions.go
+	// commitMu orders commitLoop's commits and a hand-off's: a head read
+	// before a hand-off reaches kgo's queue of commits before the
+	// hand-off's commit, never after it (commit.go).
+	commitMu sync.Mutex
 	// records counts every record goroutine, so Run returns after the
 	// last one even when a hand-off stopped waiting for it.
 	records sync.WaitGroup

@@ -94,6 +94,9 @@ func (c *Consumer) handOff(cl *kgo.Client, m map[string][]int32, graceful bool) 
 			err = fmt.Errorf("records of %s/%d still in flight after %s: the next owner sends them again", w.topic, w.part, c.cfg.DrainTimeout)
 		}
 	}
+	// No commit of commitLoop's may be queued between this commit and
+	// the partitions' end: it would be kgo's last for them (commit.go).
+	c.commitMu.Lock()
 	if graceful {
 		err = errors.Join(err, c.commitHandedOff(cl, ws))
 	}
@@ -103,6 +106,7 @@ func (c *Consumer) handOff(cl *kgo.Client, m map[string][]int32, graceful bool) 
 		delete(c.parts, topicPart{w.topic, w.part})
 	}
 	c.mu.Unlock()
+	c.commitMu.Unlock()
 	cl.ResumeFetchPartitions(m)
 	return err
 }

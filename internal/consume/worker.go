@@ -19,8 +19,8 @@ import (
 // each on its own goroutine (startOne → handle). partitions.go starts and
 // stops it.
 //
-// Lock order: Consumer.mu, then worker.mu, then the tracker's; window.mu
-// and budget.mu are taken alone or last.
+// Lock order: Consumer.commitMu, then Consumer.mu, then worker.mu, then the
+// tracker's; window.mu and budget.mu are taken alone or last.
 type worker struct {
 	c     *Consumer
 	cl    *kgo.Client
