@@ -115,10 +115,13 @@ func (c *Consumer) handOff(cl *kgo.Client, m map[string][]int32, graceful bool) 
 // with the finished offsets after it. Every one, not only those whose head
 // moved (what CommitMarkedOffsets sends): records that finished behind an
 // unfinished one during the drain must reach the metadata, or the next
-// owner sends them again.
+// owner sends them again. The trackers are sealed first: a record that
+// finishes after the commit (past the drain) must not move kgo's head,
+// which an autocommit would commit without the finished offsets.
 func (c *Consumer) commitHandedOff(cl *kgo.Client, ws []*worker) error {
 	offs := make(map[string]map[int32]kgo.EpochOffset)
 	for _, w := range ws {
+		w.ck.Seal()
 		if h, ok := w.ck.Committable(); ok {
 			if offs[w.topic] == nil {
 				offs[w.topic] = make(map[int32]kgo.EpochOffset)
