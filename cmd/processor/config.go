@@ -139,7 +139,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RetryLateness, "retry-lateness", c.RetryLateness, "how long a due retry may wait to run, waits for a slot aside; while over 1% wait longer, fewer than --max-in-flight records are in flight (0: always --max-in-flight)")
 	fs.DurationVar(&c.DefaultTTL, "default-ttl", c.DefaultTTL, "TTL of events that do not set one")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", c.SendTimeout, "bound on one send to a push service")
-	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for records in flight")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown and a revoke keep trying a refused produce (sends under way are waited for regardless)")
 	fs.Float64Var(&c.RetryJitter, "retry-jitter", c.RetryJitter, "share of a retry step added at random to spread retries (0..1)")
 	fs.DurationVar(&c.CommitInterval, "commit-interval", c.CommitInterval, "how often finished offsets are committed (bounds re-sends after a crash)")
 	registerTopicFlags(fs, &c.Topics)

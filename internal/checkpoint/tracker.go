@@ -30,6 +30,7 @@ type Tracker struct {
 	// dirty: a record finished behind an unfinished one since the last
 	// commit told which (Metadata).
 	dirty  bool
+	sealed bool // committed for the last time: mark nothing more
 	closed bool // handed over: tell nothing more
 	// next is the offset after the last record the head passed (its
 	// position only: a record kept here would keep its whole fetch).
@@ -92,7 +93,7 @@ func (t *Tracker) finishLocked(e *Entry) *kgo.Record {
 	if len(t.queue) > 0 && e.Record.Offset > t.queue[0].Record.Offset {
 		t.dirty = true
 	}
-	if t.closed {
+	if t.closed || t.sealed {
 		return nil
 	}
 	return last
@@ -219,6 +220,17 @@ func (t *Tracker) Stranded() []*Entry {
 		}
 	}
 	return out
+}
+
+// Seal precedes a graceful hand-off's commit, the partition's last: from
+// now on Track and Finish return nothing to mark, so a record finishing
+// after it cannot move the client's head past that commit (an automatic
+// commit of it would not carry the finished offsets), while Committable
+// and Metadata still tell what finished for the commit itself.
+func (t *Tracker) Seal() {
+	t.mu.Lock()
+	t.sealed = true
+	t.mu.Unlock()
 }
 
 // Close hands the partition over: from now on nothing is marked and no

@@ -152,3 +152,24 @@ func TestCommittable(t *testing.T) {
 		t.Fatalf("all finished: %v %v, want offset 9 epoch 2", h, ok)
 	}
 }
+
+// A sealed partition (its hand-off commit about to be made) marks nothing
+// more, but its commit still tells everything that finished, sealed or
+// not.
+func TestSeal(t *testing.T) {
+	tr, es := tracked([]int64{1, 2, 3, 4}, []bool{false, true, false, false})
+	tr.Seal()
+	if last := tr.Finish(es[0]); last != nil {
+		t.Errorf("sealed: marked %v", last)
+	}
+	if _, skipped, mark := tr.Track(&kgo.Record{Offset: 5}); skipped || mark != nil {
+		t.Errorf("sealed: Track skipped %v, marked %v", skipped, mark)
+	}
+	tr.Finish(es[3])
+	if h, ok := tr.Committable(); !ok || h.Offset != 3 {
+		t.Errorf("sealed: Committable %v %v, want offset 3", h, ok)
+	}
+	if got, want := tr.Metadata(3), Encode(3, []Span{{4, 5}}); got != want {
+		t.Errorf("sealed: metadata %q, want %q", got, want)
+	}
+}

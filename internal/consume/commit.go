@@ -2,6 +2,7 @@ package consume
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -39,15 +40,32 @@ func (c *Consumer) annotateCommit(req *kmsg.OffsetCommitRequest) error {
 // kgo's autocommit sends only partitions with a new head, so a partition
 // waiting on one slow record would otherwise never tell what finished
 // behind it.
+//
+// kgo issues commits one after another, each once the one before it is
+// answered, and a commit's metadata is written when it is issued
+// (annotateCommit). So commitLoop keeps one commit in flight at most: on a
+// slow broker or starved cores a commit every tick piled up, and a
+// hand-off's commit waited behind all of them (3 s and more, until it
+// timed out). And it reads the heads and queues their commit under
+// commitMu, which a hand-off holds from its commit until it forgets the
+// partitions: a head read before a hand-off but queued after its commit
+// was committed last, at the old head and without the finished offsets
+// (the partition was no longer ours to annotate), and the next owner sent
+// again every record finished behind it.
 func (c *Consumer) commitLoop(ctx context.Context) {
 	tick := time.NewTicker(c.cfg.CommitInterval)
 	defer tick.Stop()
+	var busy atomic.Bool // a commit of ours is in flight
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		if busy.Load() {
+			continue
+		}
+		c.commitMu.Lock()
 		moved := c.cl.MarkedOffsets() // a new head: autocommit sends these
 		offs := make(map[string]map[int32]kgo.EpochOffset)
 		for _, w := range c.workers() {
@@ -62,8 +80,13 @@ func (c *Consumer) commitLoop(ctx context.Context) {
 			}
 		}
 		if len(offs) > 0 {
-			c.cl.CommitOffsets(kgo.PreCommitFnContext(ctx, c.annotateCommit), offs, nil)
+			busy.Store(true)
+			// Queued when CommitOffsets returns: ordered before any
+			// commit a hand-off makes after it.
+			c.cl.CommitOffsets(kgo.PreCommitFnContext(ctx, c.annotateCommit), offs,
+				func(*kgo.Client, *kmsg.OffsetCommitRequest, *kmsg.OffsetCommitResponse, error) { busy.Store(false) })
 		}
+		c.commitMu.Unlock()
 	}
 }
 

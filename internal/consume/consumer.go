@@ -58,7 +58,10 @@ type Config struct {
 	RetryLateness  time.Duration
 	Prefetch       time.Duration
 	CommitInterval time.Duration
-	DrainTimeout   time.Duration
+	// DrainTimeout: how long a hand-off keeps trying a produce the broker
+	// refuses, and the least it waits for the records in flight and for
+	// its commit (handOff).
+	DrainTimeout time.Duration
 	// StuckAfter: a partition whose produce has failed this long makes
 	// the consumer unready (Ready).
 	StuckAfter time.Duration
@@ -90,12 +93,20 @@ type Consumer struct {
 
 	mu    sync.Mutex
 	parts map[topicPart]*worker // partitions.go
+	// commitMu orders commitLoop's commits and a hand-off's: a head read
+	// before a hand-off reaches kgo's queue of commits before the
+	// hand-off's commit, never after it (commit.go).
+	commitMu sync.Mutex
 	// records counts every record goroutine, so Run returns after the
 	// last one even when a hand-off stopped waiting for it.
 	records sync.WaitGroup
 
 	joined, draining atomic.Bool
 	produceFailures  atomic.Int64
+
+	// The longest a hand-off waits for the records in flight, and then for
+	// its commit (New, handOff).
+	waitLimit, commitLimit time.Duration
 }
 
 type topicPart struct {
@@ -158,6 +169,14 @@ func New(cfg Config, log *slog.Logger, h Handler, hooks Hooks, kopts []kgo.Opt) 
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	c.cl = cl
+	// A member that has not rejoined within the group's rebalance timeout
+	// may be evicted and its partitions given to others: past it, waiting
+	// cannot keep a send from being made twice any more. A hand-off takes
+	// three quarters of it for the records in flight and the rest for its
+	// commit, never less than DrainTimeout each.
+	rebalance, _ := cl.OptValue(kgo.RebalanceTimeout).(time.Duration)
+	c.waitLimit = max(cfg.DrainTimeout, rebalance*3/4)
+	c.commitLimit = max(cfg.DrainTimeout, rebalance/4)
 	return c, nil
 }
 
@@ -175,9 +194,9 @@ func (c *Consumer) Ready() bool {
 func (c *Consumer) ProduceFailures() int64 { return c.produceFailures.Load() }
 
 // Run consumes until ctx is done, then hands every partition back as a
-// revoke does (records in flight finished within DrainTimeout, the
-// checkpoint committed), leaves the group and closes the client. It
-// returns nil on a clean shutdown.
+// revoke does (the sends under way finished and their results produced,
+// the checkpoint committed: handOff), leaves the group and closes the
+// client. It returns nil on a clean shutdown.
 //
 // Rebalances happen only between polls (kgo.BlockRebalanceOnPoll): a
 // poll's records reach their partitions' workers before AllowRebalance, so

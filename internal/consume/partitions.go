@@ -63,13 +63,23 @@ func (c *Consumer) lost(_ context.Context, cl *kgo.Client, m map[string][]int32)
 	_ = c.handOff(cl, m, false)
 }
 
-// handOff stops the workers of partitions given up and waits for them, at
-// most DrainTimeout. A graceful hand-off lets the records in flight finish
-// so their offsets are marked, re-produces the held records that stand
-// before finished ones (worker.handBack), and commits with the partitions'
-// checkpoints while their trackers can still tell what finished; only then
-// are the partitions forgotten. A lost partition marks and commits nothing:
-// another member may own it already.
+// handOff stops the workers of partitions given up and waits for them. A
+// graceful hand-off lets the sends under way finish and their results be
+// produced, so their offsets are marked, re-produces the held records that
+// stand before finished ones (worker.handBack), and commits with the
+// partitions' checkpoints while their trackers can still tell what
+// finished; only then are the partitions forgotten. A lost partition marks
+// and commits nothing: another member may own it already.
+//
+// Cancelling the workers returns at once whatever waits for the pacer or a
+// window slot, unsent: what is left in flight is sends under way and the
+// produce of what they led to, and those are waited for as long as they
+// take (a send is bounded by the sender's timeout). A hand-off that
+// committed before one finished left it to the next owner, who sent it
+// again while this member was still sending it. Only at waitLimit, past
+// which the group may evict the member and give its partitions to another
+// anyway, does it stop waiting. DrainTimeout bounds how long a produce the
+// broker refuses is tried again (worker.retryAfter).
 func (c *Consumer) handOff(cl *kgo.Client, m map[string][]int32, graceful bool) error {
 	var ws []*worker
 	c.mu.Lock()
@@ -84,19 +94,30 @@ func (c *Consumer) handOff(cl *kgo.Client, m map[string][]int32, graceful bool) 
 	if len(ws) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
-	defer cancel()
+	drain, cancelDrain := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
+	defer cancelDrain()
+	wait, cancelWait := context.WithTimeout(context.Background(), c.waitLimit)
+	defer cancelWait()
 	for _, w := range ws {
-		w.stop(ctx, graceful)
+		w.stop(drain, wait, graceful)
 	}
-	var err error
+	var errs []error
 	for _, w := range ws {
 		select {
 		case <-w.done:
-		case <-ctx.Done():
-			err = fmt.Errorf("records of %s/%d still in flight after %s: the next owner sends them again", w.topic, w.part, c.cfg.DrainTimeout)
+			continue
+		case <-wait.Done():
+		}
+		select {
+		case <-w.done:
+		default:
+			errs = append(errs, fmt.Errorf("records of %s/%d still in flight after %s: the next owner sends them again", w.topic, w.part, c.waitLimit))
 		}
 	}
+	err := errors.Join(errs...)
+	// No commit of commitLoop's may be queued between this commit and
+	// the partitions' end: it would be kgo's last for them (commit.go).
+	c.commitMu.Lock()
 	if graceful {
 		err = errors.Join(err, c.commitHandedOff(cl, ws))
 	}
@@ -106,6 +127,7 @@ func (c *Consumer) handOff(cl *kgo.Client, m map[string][]int32, graceful bool) 
 		delete(c.parts, topicPart{w.topic, w.part})
 	}
 	c.mu.Unlock()
+	c.commitMu.Unlock()
 	cl.ResumeFetchPartitions(m)
 	return err
 }
@@ -114,10 +136,13 @@ func (c *Consumer) handOff(cl *kgo.Client, m map[string][]int32, graceful bool) 
 // with the finished offsets after it. Every one, not only those whose head
 // moved (what CommitMarkedOffsets sends): records that finished behind an
 // unfinished one during the drain must reach the metadata, or the next
-// owner sends them again.
+// owner sends them again. The trackers are sealed first: a record that
+// finishes after the commit (past waitLimit) must not move kgo's head,
+// which an autocommit would commit without the finished offsets.
 func (c *Consumer) commitHandedOff(cl *kgo.Client, ws []*worker) error {
 	offs := make(map[string]map[int32]kgo.EpochOffset)
 	for _, w := range ws {
+		w.ck.Seal()
 		if h, ok := w.ck.Committable(); ok {
 			if offs[w.topic] == nil {
 				offs[w.topic] = make(map[int32]kgo.EpochOffset)
@@ -128,7 +153,9 @@ func (c *Consumer) commitHandedOff(cl *kgo.Client, ws []*worker) error {
 	if len(offs) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.DrainTimeout)
+	// It waits behind the commits already queued (kgo issues them in
+	// order), which a slow broker answers late.
+	ctx, cancel := context.WithTimeout(context.Background(), c.commitLimit)
 	defer cancel()
 	var errs []error
 	cl.CommitOffsetsSync(kgo.PreCommitFnContext(ctx, c.annotateCommit), offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {

@@ -15,9 +15,9 @@ import (
 
 // produce produces d's records and waits for every acknowledgement. A
 // produce that fails is tried again, with backoff, until it succeeds or the
-// partition is handed back: the record stays unfinished meanwhile, the
-// partition counts as stuck (Consumer.Stuck) and every failure is logged
-// and counted.
+// partition is handed back (retryAfter): the record stays unfinished
+// meanwhile, the partition counts as stuck (Consumer.Stuck) and every
+// failure is logged and counted.
 func (w *worker) produce(d *deliver.Delivery) bool {
 	ctx := d.Context()
 	pending := d.Records
@@ -30,11 +30,37 @@ func (w *worker) produce(d *deliver.Delivery) bool {
 		w.stuckSince.CompareAndSwap(0, w.c.cfg.Now().UnixNano())
 		backoff := min(250*time.Millisecond<<min(attempt, 6), 10*time.Second)
 		backoff += rand.N(backoff / 4)
-		select {
-		case <-time.After(backoff):
-		case <-w.ctx.Done():
+		if !w.retryAfter(backoff) {
 			return false
 		}
+	}
+}
+
+// retryAfter waits d before a refused produce is tried again, and reports
+// false when it is given up instead: at once when the partition is lost,
+// at the drain deadline (DrainTimeout after it began) when it is handed off
+// gracefully. What a send already led to is worth trying again for a
+// while: a record given up stays unfinished, and its next owner sends it
+// again.
+func (w *worker) retryAfter(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.ctx.Done():
+	}
+	w.mu.Lock()
+	drain, graceful := w.drain, w.grace // set before ctx is cancelled (stop)
+	w.mu.Unlock()
+	if !graceful {
+		return false
+	}
+	select {
+	case <-t.C:
+		return true
+	case <-drain.Done():
+		return false
 	}
 }
 

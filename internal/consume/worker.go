@@ -19,8 +19,8 @@ import (
 // each on its own goroutine (startOne → handle). partitions.go starts and
 // stops it.
 //
-// Lock order: Consumer.mu, then worker.mu, then the tracker's; window.mu
-// and budget.mu are taken alone or last.
+// Lock order: Consumer.commitMu, then Consumer.mu, then worker.mu, then the
+// tracker's; window.mu and budget.mu are taken alone or last.
 type worker struct {
 	c     *Consumer
 	cl    *kgo.Client
@@ -31,7 +31,8 @@ type worker struct {
 
 	ctx    context.Context // cancelled at hand-off
 	cancel context.CancelFunc
-	drain  context.Context // the hand-off's deadline (stop)
+	drain  context.Context // a graceful hand-off: refused produces tried until then (stop)
+	limit  context.Context // the hand-off waits for the records in flight until then
 	grace  bool            // a graceful hand-off: finish, re-produce, mark
 	wake   chan struct{}   // capacity 1: run has something to look at
 	done   chan struct{}   // closed when run returns
@@ -90,9 +91,9 @@ func (w *worker) notify() {
 }
 
 // stop starts the hand-off: run finishes it and closes done.
-func (w *worker) stop(drain context.Context, graceful bool) {
+func (w *worker) stop(drain, limit context.Context, graceful bool) {
 	w.mu.Lock()
-	w.drain, w.grace = drain, graceful
+	w.drain, w.limit, w.grace = drain, limit, graceful
 	w.mu.Unlock()
 	if !graceful {
 		w.ck.Close() // mark nothing more
@@ -286,13 +287,14 @@ func (w *worker) handle(t *task) {
 
 // handBack finishes the hand-off stop started: nothing more starts, the
 // tier records that waited for a slot no longer count, and — on a graceful
-// hand-off — the records in flight finish (until the drain deadline) and the
-// held records standing before finished ones are re-produced, so that the
+// hand-off — the records in flight finish (sends under way and the produce
+// of their results, until the hand-off's limit: handOff) and the held
+// records standing before finished ones are re-produced, so that the
 // commit passes them and the records already sent behind them.
 func (w *worker) handBack() {
 	w.mu.Lock()
 	w.closing = true
-	drain, graceful := w.drain, w.grace
+	limit, graceful := w.limit, w.grace
 	if !w.src.Retry {
 		w.c.unqueue(len(w.incoming) + len(w.ready))
 	}
@@ -302,10 +304,10 @@ func (w *worker) handBack() {
 		go func() { w.records.Wait(); close(waited) }()
 		select {
 		case <-waited:
-			if n, failed := w.reproduce(drain); n+failed > 0 {
+			if n, failed := w.reproduce(limit); n+failed > 0 {
 				w.c.log.Info("re-produced held records on hand-off", "topic", w.topic, "partition", w.part, "records", n, "failed", failed)
 			}
-		case <-drain.Done():
+		case <-limit.Done():
 			w.c.log.Warn("hand-off: records still in flight; the next owner sends them again", "topic", w.topic, "partition", w.part)
 		}
 	}

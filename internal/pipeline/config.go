@@ -65,8 +65,11 @@ type Config struct {
 	// CommitInterval is how often finished offsets are committed: what a
 	// crash can make the next owner send again. Default 100ms.
 	CommitInterval time.Duration
-	// DrainTimeout bounds how long shutdown and a partition revoke wait for
-	// records in flight. Default 20s.
+	// DrainTimeout is how long shutdown and a partition revoke keep trying
+	// a produce the broker refuses, and the least they wait for the sends
+	// under way: those are waited for until they finish, up to three
+	// quarters of the group's rebalance timeout (kgo's default 60s), since
+	// a send left to the next owner is sent twice. Default 20s.
 	DrainTimeout time.Duration
 	// StuckAfter: a partition whose produce has failed for this long
 	// makes the processor unready (/readyz). Default 1m.

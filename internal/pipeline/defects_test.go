@@ -142,9 +142,13 @@ func TestProduceFailureRetried(t *testing.T) {
 // Defect 1: a shutdown whose drain times out on one record committed
 // without the finished offsets (the partition's state was gone before the
 // commit), so the next owner sent every finished record behind it again.
+// A hand-off waits for a send under way up to three quarters of the group's
+// rebalance timeout (consume.handOff): a 3 s one makes a 6 s send outlast
+// it.
 func TestShutdownKeepsFinishedOffsets(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{Partitions: 1,
-		Pipeline: func(c *pipeline.Config) { c.DrainTimeout = 2 * time.Second }})
+		Pipeline:         func(c *pipeline.Config) { c.DrainTimeout = 2 * time.Second },
+		ProcessorOptions: []pipeline.Option{pipeline.WithClientOpts(kgo.RebalanceTimeout(3 * time.Second))}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	tier := env.Names.Tier(tiers.Tier1)
@@ -162,7 +166,7 @@ func TestShutdownKeepsFinishedOffsets(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := env.StopProcessor(); err == nil {
-		t.Log("the drain did not time out; the test proves less")
+		t.Log("the hand-off did not stop waiting; the test proves less")
 	}
 	at, meta := committed(ctx, t, env, tier, 0)
 	if at != 0 || !strings.HasPrefix(meta, "tierpush.finished.v1:") {
@@ -288,5 +292,67 @@ func TestFutureCreatedAt(t *testing.T) {
 		if ttl := deliveries(env.Sim, sub.ID)[0].TTL; ttl > 60 {
 			t.Errorf("TTL sent %d s exceeds the event's ttl of 60 s", ttl)
 		}
+	})
+}
+
+// A graceful hand-off waits for the sends under way, however long past
+// --drain-timeout they take: it used to commit at a send still under way
+// once the drain timed out, the send went on (a send is never cancelled),
+// and the partition's next owner sent it again.
+func TestShutdownWaitsForSendUnderWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		env := testenv.Start(t, testenv.Options{Virtual: true, Partitions: 1,
+			Pipeline: func(c *pipeline.Config) { c.DrainTimeout = time.Second }})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		tier := env.Names.Tier(tiers.Tier1)
+		slow := env.Sim.Subscribe(pushsim.Response{Latency: 5 * time.Second})
+		subs := map[string]string{slow.ID: "slow"}
+		recs := []*kgo.Record{{Topic: tier, Key: []byte("slow"), Value: testenv.Event("slow", slow, "x", nil)}}
+		for i := range 10 {
+			s := env.Sim.Subscribe()
+			id := fmt.Sprintf("fast%d", i)
+			subs[s.ID] = id
+			recs = append(recs, &kgo.Record{Topic: tier, Key: []byte(id), Value: testenv.Event(id, s, "x", nil)})
+		}
+		env.Produce(ctx, recs...)
+		if _, err := env.ReadOutcomes(ctx, len(recs)-1); err != nil {
+			t.Fatal(err)
+		}
+		if sendsOf(env.Sim, slow.ID) != 0 || env.Sim.Requests() != int64(len(recs)) {
+			t.Fatalf("the slow send is not under way: %d answered, %d requests", sendsOf(env.Sim, slow.ID), env.Sim.Requests())
+		}
+		if err := env.StopProcessor(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+		env.StartProcessor()
+		checkExactlyOnce(ctx, t, env, subs)
+	})
+}
+
+// A graceful hand-off keeps trying, up to --drain-timeout, a produce the
+// broker refuses: it used to give up at once, and the next owner sent again
+// the record whose result could not be produced yet.
+func TestShutdownRetriesRefusedProduce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		env := testenv.Start(t, testenv.Options{Virtual: true, Partitions: 1,
+			Pipeline: func(c *pipeline.Config) { c.DrainTimeout = 10 * time.Second }})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		var refuse atomic.Bool
+		refuseWhile(ctx, t, env, env.Names.Outcomes(), &refuse)
+		refuse.Store(true)
+		s := env.Sim.Subscribe()
+		env.Produce(ctx, &kgo.Record{Topic: env.Names.Tier(tiers.Tier1), Key: []byte("e0"), Value: testenv.Event("e0", s, "x", nil)})
+		until(ctx, t, "outcome produce refused", func() bool { return env.Processor().ProduceFailures() > 0 })
+		go func() {
+			time.Sleep(2 * time.Second) // the broker takes it again during the hand-off
+			refuse.Store(false)
+		}()
+		if err := env.StopProcessor(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+		env.StartProcessor()
+		checkExactlyOnce(ctx, t, env, map[string]string{s.ID: "e0"})
 	})
 }
