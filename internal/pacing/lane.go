@@ -324,16 +324,22 @@ func (l *lane) fairLocked(now time.Time) float64 {
 	return total / float64(n)
 }
 
+// proofSeconds is how long an origin must take more than the ceiling to
+// prove a higher limit (provenLocked).
+const proofSeconds = 4
+
 // probeCap bounds a probe: at most this multiple of the ceiling until the
 // origin has proven more (provenLocked).
 const probeCap = 1.3
 
-// provenLocked is the least the origin accepted in each of the last three
-// whole seconds, if none of them had a 429 share that would cut; else 0.
+// provenLocked is the least the origin accepted in each of the last
+// proofSeconds whole seconds, if none of them had a 429 share that would
+// cut; else 0. A second of burst allowance lets an origin take 1.3× its
+// limit for three seconds (3.9 s of tokens of 4 s), not for four.
 func (l *lane) provenLocked(now time.Time) float64 {
 	least := math.Inf(1)
 	limit := l.backgroundLocked(now) + l.cfg.CutRate
-	for sec := now.Unix() - 3; sec < now.Unix(); sec++ {
+	for sec := now.Unix() - proofSeconds; sec < now.Unix(); sec++ {
 		b := l.seconds[int(sec%int64(len(l.seconds)))]
 		if b.sec != sec || float64(b.throttled) > limit*float64(b.attempts)+1 {
 			return 0
