@@ -105,6 +105,7 @@ type lane struct {
 	latency    float64   // seconds, moving average of answers other than 429
 	ceiling    float64   // what the origin accepted per second at the last cut
 	probeFrom  time.Time // when the origin first proved more than the ceiling
+	storms     int       // cuts and pauses in a row with no clean judgement
 	raisedAt   time.Time // the last "raise" event and the rate then
 	raisedFrom float64
 	reported   time.Time // the last "rate" signal
@@ -545,7 +546,11 @@ func (l *lane) done(s *Slot, r push.Result, throttled bool, now time.Time) {
 			l.openLocked(p, now, 1)
 		case l.breaker == HalfOpen:
 			l.breaker = Closed
-			l.judgeFrom = now
+			// What the origin takes now is unknown again: slow start,
+			// from the rate it had.
+			l.slowStart = true
+			l.rate = max(l.rate, l.cfg.StartRate)
+			l.restartLocked(now)
 			l.event(p, Event{At: now, Kind: Closed})
 			l.signalLocked(p, now, SignalClosed, time.Time{})
 		}
@@ -729,8 +734,23 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		// threshold must not end slow start far below its limit.
 		threshold += l.cfg.CutRate
 	}
+	// Cuts and pauses in a row with no clean judgement between them: a
+	// limit's 429s end after a cut or two; 429s that do not follow the
+	// rate never do.
+	if f.span >= judgeMin && share <= threshold {
+		l.storms = 0
+	}
+	cut := aboveZ(f.throttled, f.n, threshold, l.z) && now.Sub(l.lastCut) >= l.cfg.CutCooldown
 	switch {
+	case (storm || cut) && l.storms >= maxStorms-1:
+		// The storms go on however far the rate is cut: these 429s do not
+		// follow the rate (a service throttling at random, or failing
+		// with 429s). Halt the origin; half-open probes decide, and it
+		// starts slow again once they pass.
+		l.storms = 0
+		l.openLocked(p, now, share)
 	case storm:
+		l.storms++
 		until := now.Add(max(retryAfter, l.cfg.DefaultPause))
 		acc := l.acceptedLocked(now)
 		l.cutLocked(now, acc)
@@ -739,13 +759,18 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		}
 		l.event(p, Event{At: now, Kind: "pause", Rate: share, Until: l.paused, Accepted: acc})
 		l.signalLocked(p, now, SignalPause, l.paused)
-	case aboveZ(f.throttled, f.n, threshold, l.z) && now.Sub(l.lastCut) >= l.cfg.CutCooldown:
+	case cut:
+		l.storms++
 		acc := l.acceptedLocked(now)
 		l.cutLocked(now, acc)
 		l.event(p, Event{At: now, Kind: "cut", Rate: share, Accepted: acc})
 		l.signalLocked(p, now, SignalCut, time.Time{})
 	}
 }
+
+// maxStorms cuts and pauses in a row with no clean judgement between them
+// open the breaker.
+const maxStorms = 4
 
 // judgeMin is the least span of answers a cut is judged on.
 const judgeMin = 250 * time.Millisecond

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -25,6 +26,9 @@ type pacingLog struct {
 }
 
 func (l *pacingLog) add(e pacing.Event) {
+	if os.Getenv("PACING_EVENTS") != "" {
+		fmt.Fprintf(os.Stderr, "%s %s %s rate=%.1f acc=%.1f share=%.2f limit=%d peer=%v\n", e.At.Format("15:04:05.000"), e.Origin, e.Kind, e.Estimate, e.Accepted, e.Rate, e.Limit, e.Peer)
+	}
 	l.mu.Lock()
 	l.events = append(l.events, e)
 	l.mu.Unlock()

@@ -225,6 +225,9 @@ func TestPacingGridKafka(t *testing.T) {
 	if testing.Short() {
 		t.Skip("half a minute of fake time per cell")
 	}
+	if raceOn {
+		t.Skip("minutes with the race detector; make test runs it without (test-pacing-grid)")
+	}
 	for _, c := range []rateLimitRun{
 		{limit: 100, latency: 20 * time.Millisecond, processors: 1},
 		{limit: 20, latency: 250 * time.Millisecond, processors: 1},

@@ -26,6 +26,9 @@ func TestTier1BehindFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("thirty seconds of fake time per case")
 	}
+	if raceOn {
+		t.Skip("minutes with the race detector; make test runs it without (test-pacing-grid)")
+	}
 	for _, after := range []time.Duration{0, 3 * time.Second} {
 		t.Run(fmt.Sprintf("tier 1 %s after the flood", after), func(t *testing.T) {
 			p99, throttled := tier1BehindFlood(t, after)
