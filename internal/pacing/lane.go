@@ -106,6 +106,7 @@ type lane struct {
 	ceiling    float64   // what the origin accepted per second at the last cut
 	probeFrom  time.Time // when the origin first proved more than the ceiling
 	storms     int       // cuts and pauses in a row with no clean judgement
+	settled    time.Time // when slow start last ended
 	raisedAt   time.Time // the last "raise" event and the rate then
 	raisedFrom float64
 	reported   time.Time // the last "rate" signal
@@ -750,7 +751,9 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		l.storms = 0
 		l.openLocked(p, now, share)
 	case storm:
-		l.storms++
+		if now.Sub(l.settled) >= settleFor {
+			l.storms++
+		}
 		until := now.Add(max(retryAfter, l.cfg.DefaultPause))
 		acc := l.acceptedLocked(now)
 		l.cutLocked(now, acc)
@@ -760,7 +763,9 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		l.event(p, Event{At: now, Kind: "pause", Rate: share, Until: l.paused, Accepted: acc})
 		l.signalLocked(p, now, SignalPause, l.paused)
 	case cut:
-		l.storms++
+		if now.Sub(l.settled) >= settleFor {
+			l.storms++
+		}
 		acc := l.acceptedLocked(now)
 		l.cutLocked(now, acc)
 		l.event(p, Event{At: now, Kind: "cut", Rate: share, Accepted: acc})
@@ -769,8 +774,12 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 }
 
 // maxStorms cuts and pauses in a row with no clean judgement between them
-// open the breaker.
-const maxStorms = 4
+// open the breaker; those of the first settleFor after slow start, which
+// converge on the limit from above, do not count.
+const (
+	maxStorms = 4
+	settleFor = 5 * time.Second
+)
 
 // judgeMin is the least span of answers a cut is judged on.
 const judgeMin = 250 * time.Millisecond
@@ -831,6 +840,9 @@ func (l *lane) cutLocked(now time.Time, acc float64) {
 		acc = before
 	}
 	l.ceiling, l.probeFrom = max(min(acc, before), minRate), time.Time{}
+	if l.slowStart {
+		l.settled = now
+	}
 	l.slowStart = false
 	l.tokens = min(l.tokens, 0)
 	l.restartLocked(now)
