@@ -34,7 +34,7 @@ test: jaeger
 # which slows them five- to tenfold. GRID_REPORT=docs/img writes the
 # grid's table and chart.
 test-pacing-grid:
-	$(GO) test -count=1 -timeout 10m -run '^(TestPacingGridKafka|TestTier1BehindFlood)$$' ./internal/pipeline
+	$(GO) test -count=1 -timeout 10m -run '^(TestPacingGridKafka|TestTier1BehindFlood|TestBreaker)$$' ./internal/pipeline
 	$(GO) test -count=1 -timeout 10m -run '^TestGrid$$' ./internal/pacing $(if $(GRID_REPORT),-v -args -grid.report $(abspath $(GRID_REPORT)))
 
 # Offline checks of the Dockerfile, docker-compose.yml and the Helm chart
