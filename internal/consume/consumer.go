@@ -80,14 +80,14 @@ type Consumer struct {
 	cl    *kgo.Client
 
 	window  *window
-	queued  atomic.Int64 // tier records consumed, waiting for a slot
+	queued  [3]atomic.Int64 // tier records consumed, waiting for a slot, per tier
 	wakeMu  sync.Mutex
 	wake    context.CancelFunc // ends the poll under way: room for tier records
 	budgets [3]*budget         // retry records held in memory, per tier
 	// Retry records picked up since the last adaptStep, and those later
 	// than RetryLateness.
 	pickups, latePickups atomic.Int64
-	tierPause            topicPause // Run's alone (pollContext)
+	tierPause            [3]topicPause // per tier; Run's alone (pollContext)
 
 	dropped map[string]topology.Source // ExtraInputs, parsed once
 
@@ -126,7 +126,7 @@ func New(cfg Config, log *slog.Logger, h Handler, hooks Hooks, kopts []kgo.Opt) 
 			b.topics = append(b.topics, cfg.Names.Retry(t, d))
 		}
 		c.budgets[i] = b
-		c.tierPause.topics = append(c.tierPause.topics, cfg.Names.Tier(t))
+		c.tierPause[i].topics = []string{cfg.Names.Tier(t)}
 	}
 	for _, topic := range cfg.ExtraInputs {
 		src, err := cfg.Names.ParseDropped(topic, &cfg.Policy)
@@ -235,24 +235,32 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return err
 }
 
-// pollContext returns the context of the next poll. While MaxInFlight tier
-// records wait for a window slot, the tier topics are paused, so the
-// records consumed but not started stay bounded, and the poll ends as soon
-// as they fall below it (unqueue), to resume them. The retry topics are
-// polled all along: their records come due while a backlog of first
-// attempts waits, and they go first (window).
+// pollContext returns the context of the next poll. While MaxInFlight
+// records of a tier wait for a window slot, that tier's topic is paused, so
+// the records consumed but not started stay bounded, and the poll ends as
+// soon as they fall below it (unqueue), to resume it. Each tier is paused
+// on its own: a lower tier's backlog never keeps a higher tier's records
+// unread, so tier 1 is fetched from a flood's first second. The retry
+// topics are polled all along: their records come due while a backlog of
+// first attempts waits, and they go first (window).
 func (c *Consumer) pollContext(ctx context.Context) (context.Context, func()) {
-	full := c.queued.Load() >= int64(c.cfg.MaxInFlight)
-	c.tierPause.set(c.cl, full)
-	if !full {
+	anyFull := false
+	for i := range c.queued {
+		full := c.queued[i].Load() >= int64(c.cfg.MaxInFlight)
+		c.tierPause[i].set(c.cl, full)
+		anyFull = anyFull || full
+	}
+	if !anyFull {
 		return ctx, func() {}
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	c.wakeMu.Lock()
 	c.wake = cancel
 	c.wakeMu.Unlock()
-	if c.queued.Load() < int64(c.cfg.MaxInFlight) {
-		cancel() // room came before the wake was set
+	for i := range c.queued {
+		if c.tierPause[i].on && c.queued[i].Load() < int64(c.cfg.MaxInFlight) {
+			cancel() // room came before the wake was set
+		}
 	}
 	return pctx, func() {
 		c.wakeMu.Lock()
@@ -262,10 +270,12 @@ func (c *Consumer) pollContext(ctx context.Context) (context.Context, func()) {
 	}
 }
 
-// unqueue counts n tier records that no longer wait for a slot, ending a
-// poll that waits for room.
-func (c *Consumer) unqueue(n int) {
-	if n > 0 && c.queued.Add(-int64(n)) < int64(c.cfg.MaxInFlight) {
+// unqueue counts n records of tier index ti that no longer wait for a
+// slot, ending a poll that waits for room when they fall below
+// MaxInFlight (the other tiers' starts leave a paused tier's poll be).
+func (c *Consumer) unqueue(ti, n int) {
+	limit := int64(c.cfg.MaxInFlight)
+	if left := c.queued[ti].Add(-int64(n)); n > 0 && left < limit && left+int64(n) >= limit {
 		c.wakeMu.Lock()
 		if c.wake != nil {
 			c.wake()

@@ -14,6 +14,12 @@ import (
 // tier 3 yields first; a tier alone takes every slot). Partitions of one
 // class take turns, a record each.
 //
+// Half the slots are tier 1's (reserved): the lower tiers start records
+// only while more slots than that are free, so a burst of tier-1 records
+// that arrives while a flood of tier 3 fills the window (waiting for the
+// pacer, say) starts at once instead of behind the backlog, and within one
+// round trip to the push service rather than as its slots free.
+//
 // Retries go first because they have a due time to keep and come only from
 // sends made a step earlier, so they cannot crowd first attempts out for
 // long.
@@ -26,12 +32,13 @@ import (
 type window struct {
 	start func(*worker) (started, more bool)
 
-	mu      sync.Mutex
-	size    int
-	free    int
-	turns   [2]tiers.RoundRobin // {first, retry}
-	queues  [2][3][]*worker     // {first, retry} × tier; worker.inWindow
-	waiting int
+	mu       sync.Mutex
+	size     int
+	free     int
+	reserved int                 // slots only tier 1 may take: size/reserveDiv
+	turns    [2]tiers.RoundRobin // {first, retry}
+	queues   [2][3][]*worker     // {first, retry} × tier; worker.inWindow
+	waiting  int
 }
 
 // newWindow returns a window of size slots. start starts the next ready
@@ -40,7 +47,16 @@ type window struct {
 // the partition has more ready. It must not block or call the window.
 func newWindow(size int, weights [3]int, start func(*worker) (started, more bool)) *window {
 	rr := tiers.NewRoundRobin(weights)
-	return &window{size: size, free: size, turns: [2]tiers.RoundRobin{rr, rr}, start: start}
+	return &window{size: size, free: size, reserved: size / reserveDiv, turns: [2]tiers.RoundRobin{rr, rr}, start: start}
+}
+
+// reserveDiv: a window's size over the slots reserved for tier 1.
+const reserveDiv = 2
+
+// mayStartLocked tells whether a record of tier index tier may take a
+// free slot now.
+func (w *window) mayStartLocked(tier int) bool {
+	return w.free > 0 && (tier == 0 || w.free > w.reserved)
 }
 
 // windowClass is the queue a partition waits in.
@@ -62,8 +78,7 @@ func (w *window) offer(ps *worker) {
 			w.mu.Unlock()
 			return
 		}
-		if w.free <= 0 {
-			retry, tier := windowClass(ps.src)
+		if retry, tier := windowClass(ps.src); !w.mayStartLocked(tier) {
 			w.queues[retry][tier] = append(w.queues[retry][tier], ps)
 			ps.inWindow = true
 			w.waiting++
@@ -89,15 +104,13 @@ func (w *window) offer(ps *worker) {
 func (w *window) release() {
 	for {
 		w.mu.Lock()
-		var ps *worker
-		if w.free >= 0 {
-			ps = w.pickLocked()
-		}
+		w.free++
+		ps := w.pickLocked()
 		if ps == nil {
-			w.free++
 			w.mu.Unlock()
 			return
 		}
+		w.free--
 		ps.inWindow = false
 		w.mu.Unlock()
 		started, more := w.start(ps)
@@ -116,7 +129,7 @@ func (w *window) pickLocked() *worker {
 	}
 	for retry := 1; retry >= 0; retry-- {
 		qs := &w.queues[retry]
-		t := w.turns[retry].Next(func(i int) bool { return len(qs[i]) > 0 })
+		t := w.turns[retry].Next(func(i int) bool { return len(qs[i]) > 0 && w.mayStartLocked(i) })
 		if t < 0 {
 			continue
 		}
@@ -149,7 +162,7 @@ func (w *window) limit() int {
 func (w *window) resize(size int) {
 	w.mu.Lock()
 	grow := size - w.size
-	w.size = size
+	w.size, w.reserved = size, size/reserveDiv
 	if grow < 0 {
 		w.free += grow
 	}

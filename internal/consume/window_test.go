@@ -157,3 +157,40 @@ func TestWindowHandedBack(t *testing.T) {
 		t.Errorf("inUse = %d after an offer on a free window, want 1 (the slot was lost)", n)
 	}
 }
+
+// TestWindowReservesForTier1: a flood of tier 3 takes no more than half
+// the slots; a tier-1 record arriving then starts at once, and the lower
+// tiers take the reserved slots back only as tier 1 leaves them.
+func TestWindowReservesForTier1(t *testing.T) {
+	w, f := newFakeWindow(8, [3]int{6, 3, 1})
+	flood := f.partition(windowWaiter{0, 2}, 100)
+	w.offer(flood)
+	if got := len(f.started); got != 4 {
+		t.Fatalf("a tier-3 flood started %d records on a window of 8, want 4", got)
+	}
+	retry3 := f.partition(windowWaiter{1, 2}, 5)
+	w.offer(retry3)
+	if got := len(f.started); got != 4 {
+		t.Fatalf("a tier-3 retry took a reserved slot: %d started, want 4", got)
+	}
+	urgent := f.partition(windowWaiter{0, 0}, 5)
+	w.offer(urgent)
+	if got := f.started[4:]; len(got) != 4 || got[0] != urgent || got[3] != urgent {
+		t.Fatalf("tier 1 did not start at once on the reserved slots: %d more started", len(got))
+	}
+	// A tier-3 slot frees: tier 1's fifth record goes first.
+	w.release()
+	if got := f.started[len(f.started)-1]; got != urgent {
+		t.Errorf("the freed slot went to %v, want tier 1", got.src)
+	}
+	// Tier 1 is done: its slots go back to the lower tiers, retries first.
+	for range 5 {
+		w.release()
+	}
+	if got := w.inUse(); got != 4 {
+		t.Errorf("%d slots in use after tier 1 left, want the 4 of the lower tiers", got)
+	}
+	if got := f.started[len(f.started)-1]; got != retry3 {
+		t.Errorf("tier 1's freed slot went to %v, want the tier-3 retry", got.src)
+	}
+}

@@ -77,7 +77,7 @@ func (w *worker) push(rs []*kgo.Record) {
 	w.recountLocked()
 	w.mu.Unlock()
 	if !w.src.Retry {
-		w.c.queued.Add(int64(len(rs)))
+		w.c.queued[w.src.Tier.Index()].Add(int64(len(rs)))
 	}
 	w.notify()
 }
@@ -169,7 +169,7 @@ func (w *worker) trackLocked(now time.Time) {
 	clear(w.incoming)
 	w.incoming = w.incoming[:0]
 	if !w.src.Retry {
-		w.c.unqueue(skipped)
+		w.c.unqueue(w.src.Tier.Index(), skipped)
 	}
 	if skipped > 0 && w.c.hooks != nil {
 		w.c.hooks.Skipped(skipped)
@@ -258,7 +258,7 @@ func (c *Consumer) startOne(w *worker) (started, more bool) {
 		w.notify()
 	}
 	if !w.src.Retry {
-		c.unqueue(1)
+		c.unqueue(w.src.Tier.Index(), 1)
 	}
 	go w.handle(t)
 	return true, more
@@ -296,7 +296,7 @@ func (w *worker) handBack() {
 	w.closing = true
 	limit, graceful := w.limit, w.grace
 	if !w.src.Retry {
-		w.c.unqueue(len(w.incoming) + len(w.ready))
+		w.c.unqueue(w.src.Tier.Index(), len(w.incoming)+len(w.ready))
 	}
 	w.mu.Unlock()
 	if graceful {
