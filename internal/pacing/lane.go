@@ -88,6 +88,17 @@ type lane struct {
 	breaker   string
 	openUntil time.Time
 	paused    time.Time // until
+	// A short pause (maxHold at most) holds the lower tiers; tier 1 goes
+	// on at the rate cut with it (no debt), since the origin's allowance
+	// refills over the pause and nothing else spends it. A 429 to a send
+	// made during the pause makes it strict: tier 1 is held too, to its
+	// end. A longer pause is strict from the start.
+	pausedAt time.Time
+	strict   bool
+	// What the origin is believed to have spared: see spareLocked.
+	spare    float64
+	spareAt  time.Time
+	t1Waited time.Time // when a tier-1 request last had to wait
 
 	seconds []second
 	ticks   [ticks]tick
@@ -136,7 +147,7 @@ func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time
 	defer l.mu.Unlock()
 	l.lastUsed = now
 	ti := req.Tier.Index()
-	if now.Before(l.paused) && (ti > 0 || l.paused.Sub(now) > maxHold) {
+	if l.heldLocked(ti, now) && (ti > 0 || l.paused.Sub(now) > maxHold) {
 		return nil, nil, l.paused
 	}
 	switch l.breaker {
@@ -156,7 +167,7 @@ func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time
 		return nil, &Slot{p: p, l: l, req: req, probe: true, granted: now}, time.Time{}
 	}
 	l.growLocked(p, now)
-	if l.waiting == 0 && !now.Before(l.paused) && l.inFlight < l.limitInt() && l.retryAllowed(req.Retry, false) && l.tokenLocked(ti, now) {
+	if l.aheadLocked(ti) == 0 && !l.heldLocked(ti, now) && l.inFlight < l.limitFor(ti, now) && l.retryAllowed(req.Retry, false) && l.tokenLocked(ti, now) {
 		return nil, l.grantLocked(p, req, now), time.Time{}
 	}
 	if l.waiting >= l.queueLimit() && (!l.slowStart || now.Sub(l.oldestLocked()) >= l.cfg.ShedAfter) {
@@ -170,12 +181,49 @@ func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time
 		victim.ch <- grant{}
 	}
 	l.seq++
+	if ti == 0 {
+		l.t1Waited = now
+	}
 	w := &waiter{ch: make(chan grant, 1), req: req, seq: l.seq, enq: now}
 	q := &l.queues[ti][boolIndex(req.Retry)]
 	*q = append(*q, w)
 	l.waiting++
 	l.armLocked(now)
 	return w, nil, time.Time{}
+}
+
+// heldLocked tells whether a pause holds tier index ti now: the lower
+// tiers for all of it, tier 1 only once a send made during it was
+// throttled (strict).
+func (l *lane) heldLocked(ti int, now time.Time) bool {
+	return now.Before(l.paused) && (ti > 0 || l.strict)
+}
+
+// pauseLocked pauses the origin until until (or longer, if it is).
+func (l *lane) pauseLocked(now, until time.Time) {
+	if !until.After(l.paused) {
+		return
+	}
+	if !now.Before(l.paused) {
+		l.pausedAt, l.strict = now, false
+		// The sends on their way spend the first of what the pause
+		// lets the origin save.
+		l.spareLocked(now)
+		l.spare = -float64(l.inFlight)
+	}
+	l.paused = until
+	l.strict = l.strict || until.Sub(now) > maxHold
+}
+
+// aheadLocked counts the requests waiting of tier index ti or a higher
+// tier: a request goes ahead of lower tiers' waiters when a token is there
+// for it.
+func (l *lane) aheadLocked(ti int) int {
+	n := 0
+	for t := 0; t <= ti; t++ {
+		n += len(l.queues[t][0]) + len(l.queues[t][1])
+	}
+	return n
 }
 
 // queueLimit is how many requests may wait: QueueLimit, or what the rate
@@ -220,9 +268,72 @@ const maxHold = 2 * time.Second
 const burstFor = 0.1
 
 // tier1Debt is how far tier 1 may draw ahead of the rate, in seconds of
-// it: a burst of tier-1 sends goes at once, and the lower tiers wait the
-// debt out.
+// it, or further, what the origin has spared (spareLocked): a burst of
+// tier-1 sends goes at once, and the lower tiers wait the debt out.
 const tier1Debt = 0.25
+
+// spareFor bounds what the origin is believed to have spared, in seconds
+// of the ceiling: an origin that refuses past its rate allows a burst of
+// about a second of it (a token bucket of its rate's size), at least after
+// a pause or a while below it.
+const spareFor = 1.0
+
+// spareLocked brings up to date what the origin has spared: it earns
+// CutFactor of the ceiling per second (what the origin accepted when it
+// refused, less the margin the rate keeps), up to spareFor of that, and
+// every send spends one (grantLocked); a 429 shows it spent. So it saves
+// up over a pause or a lull, not while the rate is what holds sends back.
+// Nothing is known of it before the first cut, nor while peers share the
+// origin.
+func (l *lane) spareLocked(now time.Time) float64 {
+	// Only a pause is sure to let the origin's allowance refill.
+	to, from := l.paused, l.spareAt
+	if now.Before(to) {
+		to = now
+	}
+	if l.pausedAt.After(from) {
+		from = l.pausedAt
+	}
+	if d := to.Sub(from); d > 0 {
+		safe := l.cfg.CutFactor * l.ceiling
+		l.spare = min(l.spare+safe*d.Seconds(), safe*spareFor)
+	}
+	l.spareAt = now
+	if l.fairLocked(now) > 0 {
+		// Peers spend the origin's allowance too, unseen here.
+		return 0
+	}
+	return l.spare
+}
+
+// burstLocked tells whether tier 1 arrives as a burst, not a backlog: no
+// tier-1 request has had to wait for a token in the last second. A
+// backlog of tier 1 is held to the rate (and its debt) like any other;
+// only a burst draws on what the origin spared.
+func (l *lane) burstLocked(now time.Time) bool {
+	return now.Sub(l.t1Waited) >= time.Second
+}
+
+// allowedLocked tells whether a send of tier index ti may take a token
+// now. The lower tiers need one there, and none during a pause. Tier 1 may
+// overdraw by tier1Debt of the rate, or by up to spareFor of the ceiling
+// while the origin has spared anything (spareLocked): a burst goes at once
+// on what the origin saved, and the lower tiers wait the debt out, so the
+// average stays the rate. During a pause it may draw on the spare only; in
+// slow start, when nothing is known of the origin yet, it is not held.
+func (l *lane) allowedLocked(ti int, now time.Time) bool {
+	switch {
+	case ti > 0:
+		return !now.Before(l.paused) && l.tokens >= 1
+	case l.slowStart:
+		return true
+	case l.burstLocked(now) && l.spareLocked(now) >= 1 && l.tokens >= 1-l.ceiling*spareFor:
+		return true
+	case now.Before(l.paused):
+		return l.tokens >= 1
+	}
+	return l.tokens >= 1-max(1, l.rate*tier1Debt)
+}
 
 // refillLocked adds the tokens earned since the last refill.
 func (l *lane) refillLocked(now time.Time) {
@@ -233,19 +344,13 @@ func (l *lane) refillLocked(now time.Time) {
 }
 
 // tokenLocked takes a token for a send of tier index ti, or reports that
-// it must wait for one. Tier 1 may overdraw by tier1Debt of the rate, and
-// is not held to the rate at all in slow start, when nothing is known of
-// the origin yet. Lower tiers take a token only when one is there.
+// it must wait for one (floorLocked).
 func (l *lane) tokenLocked(ti int, now time.Time) bool {
 	l.refillLocked(now)
 	if ti == 0 && l.slowStart {
 		return true
 	}
-	floor := 1.0
-	if ti == 0 {
-		floor = 1 - max(1, l.rate*tier1Debt)
-	}
-	if l.tokens < floor {
+	if !l.allowedLocked(ti, now) {
 		l.starved = true
 		return false
 	}
@@ -386,12 +491,12 @@ func (l *lane) armLocked(now time.Time) {
 	}
 	var at time.Time
 	switch {
-	case now.Before(l.paused):
+	case l.heldLocked(0, now):
 		at = l.paused
 	case l.tokens < 1:
 		// Rounded up to whole milliseconds: a wait that rounds to zero
 		// would wake at the same instant, forever.
-		wait := time.Duration(math.Ceil((1 - l.tokens) / l.rate * 1000))
+		wait := time.Duration(math.Ceil(l.waitLocked(now) * 1000))
 		at = now.Add(max(wait, 1) * time.Millisecond)
 	default:
 		return
@@ -416,6 +521,31 @@ func (l *lane) armLocked(now time.Time) {
 	l.timer.Reset(d)
 }
 
+// waitLocked is how long, in seconds, until a waiter may take a token
+// (allowedLocked): a lower tier's when one token is there; tier 1's when
+// its debt allows, or the origin has spared one and the debt is within
+// spareFor of the ceiling.
+func (l *lane) waitLocked(now time.Time) float64 {
+	until := func(level float64) float64 { return max(0, (level-l.tokens)/l.rate) }
+	wait := math.Inf(1)
+	if !now.Before(l.paused) && l.waiting > len(l.queues[0][0])+len(l.queues[0][1]) {
+		wait = until(1)
+	}
+	if len(l.queues[0][0])+len(l.queues[0][1]) == 0 || l.slowStart {
+		return min(wait, until(1))
+	}
+	debt := 1.0
+	if !now.Before(l.paused) {
+		debt = 1 - max(1, l.rate*tier1Debt)
+	}
+	wait = min(wait, until(debt))
+	if l.ceiling > 0 && l.burstLocked(now) {
+		spare := max(0, (1-l.spareLocked(now))/l.ceiling)
+		wait = min(wait, max(spare, until(1-l.ceiling*spareFor)))
+	}
+	return wait
+}
+
 // limitInt is the concurrency limit: in slow start the configured
 // maximum (the rate is the guard); afterwards what the rate needs in
 // flight at twice the mean latency (Little's law), plus a little.
@@ -425,6 +555,16 @@ func (l *lane) limitInt() int {
 	}
 	need := int(math.Ceil(2*l.rate*l.latency)) + 4
 	return min(max(need, l.cfg.MinLimit), l.cfg.MaxLimit)
+}
+
+// limitFor is the concurrency limit for a send of tier index ti: tier 1
+// may have as many more in flight as it may overdraw tokens
+// (allowedLocked): its burst is not held to what the rate needs in flight.
+func (l *lane) limitFor(ti int, now time.Time) int {
+	if ti > 0 || l.slowStart {
+		return l.limitInt()
+	}
+	return min(l.limitInt()+int(max(l.rate*tier1Debt, l.ceiling*spareFor))+1, l.cfg.MaxLimit)
 }
 
 // retryAllowed applies the retry budget: retries may hold at most
@@ -438,12 +578,16 @@ func (l *lane) retryAllowed(retry, firstsWaiting bool) bool {
 
 func (l *lane) grantLocked(p *Pacer, req Request, now time.Time) *Slot {
 	l.tickLocked(now).granted++
+	if l.spareLocked(now) > 0 {
+		l.spare = max(l.spare-1, 0)
+	}
 	l.inFlight++
 	if req.Retry {
 		l.retries++
 	}
 	safe := !l.slowStart && l.rate <= l.cfg.CutFactor*l.ceiling*1.001
-	return &Slot{p: p, l: l, req: req, granted: now, safe: safe}
+	probing := l.slowStart || (l.ceiling > 0 && l.rate > l.ceiling)
+	return &Slot{p: p, l: l, req: req, granted: now, safe: safe, probing: probing}
 }
 
 // evictLocked removes and returns the newest waiter of the lowest tier
@@ -490,14 +634,7 @@ func (l *lane) pickLocked(now time.Time) *waiter {
 	retryOK := l.retryAllowed(true, firsts)
 	l.refillLocked(now)
 	eligible := func(t int) bool {
-		floor := 1.0
-		switch {
-		case t == 0 && l.slowStart:
-			floor = math.Inf(-1)
-		case t == 0:
-			floor = 1 - max(1, l.rate*tier1Debt)
-		}
-		if l.tokens < floor {
+		if l.inFlight >= l.limitFor(t, now) || !l.allowedLocked(t, now) {
 			return false
 		}
 		return len(l.queues[t][0]) > 0 || (retryOK && len(l.queues[t][1]) > 0)
@@ -520,8 +657,13 @@ func (l *lane) pickLocked(now time.Time) *waiter {
 }
 
 // done records a result, adapts the rate and breaker, and hands freed
-// slots to waiters.
-func (l *lane) done(s *Slot, r push.Result, throttled bool, now time.Time) {
+// slots to waiters. It reports whether a 429 was the device's: one that
+// came while the origin's own were not in question, so that its
+// subscription is paused. The 429s of a probe (slow start, above the
+// ceiling) or of a cut or pause's hold are the origin's, which the lane
+// answers; pausing each device they hit would hold its next notifications
+// (tier 1 among them) back for nothing.
+func (l *lane) done(s *Slot, r push.Result, throttled bool, now time.Time) (device bool) {
 	p := s.p
 	failed := !throttled && r.Class == push.Retryable && !s.req.Failing
 	repeat := !throttled && r.Class == push.Retryable && s.req.Failing
@@ -529,6 +671,11 @@ func (l *lane) done(s *Slot, r push.Result, throttled bool, now time.Time) {
 	defer l.mu.Unlock()
 	l.lastUsed = now
 	l.inFlight--
+	device = throttled && !s.probing && !now.Before(l.paused) && now.Sub(l.lastCut) >= l.holdAfterCut()
+	if throttled && !device {
+		l.spareLocked(now)
+		l.spare = 0
+	}
 	if s.probe {
 		l.probes-- // also when deferred: else the lane stays half-open for good
 	} else if s.req.Retry {
@@ -541,6 +688,10 @@ func (l *lane) done(s *Slot, r push.Result, throttled bool, now time.Time) {
 		return
 	}
 	l.recordLocked(s.granted, now, throttled, failed, s.safe)
+	if throttled && now.Before(l.paused) && !s.granted.Before(l.pausedAt) {
+		// The origin refuses even tier 1's trickle: it means its pause.
+		l.strict = true
+	}
 	if s.probe {
 		switch {
 		case throttled || failed:
@@ -566,6 +717,7 @@ func (l *lane) done(s *Slot, r push.Result, throttled bool, now time.Time) {
 	}
 	l.growLocked(p, now)
 	l.wakeLocked(p, now)
+	return device
 }
 
 // recordLocked counts an answer.
@@ -757,9 +909,7 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		until := now.Add(max(retryAfter, l.cfg.DefaultPause))
 		acc := l.acceptedLocked(now)
 		l.cutLocked(now, acc)
-		if until.After(l.paused) {
-			l.paused = until
-		}
+		l.pauseLocked(now, until)
 		l.event(p, Event{At: now, Kind: "pause", Rate: share, Until: l.paused, Accepted: acc})
 		l.signalLocked(p, now, SignalPause, l.paused)
 	case cut:
@@ -898,7 +1048,7 @@ func (l *lane) apply(p *Pacer, s Signal, now time.Time) {
 			l.event(p, Event{At: now, Kind: "cut", Peer: true})
 		}
 		if s.Kind == SignalPause && s.Until.After(l.paused) {
-			l.paused = s.Until
+			l.pauseLocked(now, s.Until)
 			l.event(p, Event{At: now, Kind: "pause", Until: l.paused, Peer: true})
 		}
 	case SignalOpen:
@@ -925,8 +1075,9 @@ func (l *lane) event(p *Pacer, e Event) {
 }
 
 // wakeLocked hands free slots to waiters. When the origin is halted every
-// waiter goes back to the ladder; when it is paused, all but tier 1 do
-// (tier 1 waits out a short pause).
+// waiter goes back to the ladder; when it is paused, all but tier 1 do:
+// tier 1 goes on at the rate, or, once the pause is strict, waits out a
+// short one.
 func (l *lane) wakeLocked(p *Pacer, now time.Time) {
 	if l.breaker != Closed {
 		for l.waiting > 0 {
@@ -936,10 +1087,10 @@ func (l *lane) wakeLocked(p *Pacer, now time.Time) {
 		return
 	}
 	if now.Before(l.paused) {
-		// Tier 1 waits out a short pause (as in admit); a longer one sends
-		// it back too, rather than blocking its caller for all of it.
+		// A strict pause longer than maxHold sends tier 1 back too (as in
+		// admit), rather than blocking its caller for all of it.
 		keep := 0
-		if l.paused.Sub(now) > maxHold {
+		if l.strict && l.paused.Sub(now) > maxHold {
 			keep = -1
 		}
 		for {
@@ -949,10 +1100,12 @@ func (l *lane) wakeLocked(p *Pacer, now time.Time) {
 			}
 			w.ch <- grant{until: l.paused}
 		}
-		l.armLocked(now)
-		return
+		if l.strict {
+			l.armLocked(now)
+			return
+		}
 	}
-	for l.waiting > 0 && l.inFlight < l.limitInt() {
+	for l.waiting > 0 {
 		w := l.pickLocked(now)
 		if w == nil {
 			break

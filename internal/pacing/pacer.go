@@ -126,11 +126,14 @@ func New(cfg Config, opts ...Option) (*Pacer, error) {
 
 // Slot is a granted send. Done must be called exactly once with the result.
 type Slot struct {
-	p       *Pacer
-	l       *lane
-	req     Request
-	probe   bool
-	safe    bool // granted at or below CutFactor of the ceiling
+	p     *Pacer
+	l     *lane
+	req   Request
+	probe bool
+	safe  bool // granted at or below CutFactor of the ceiling
+	// probing: granted in slow start or above the ceiling, where the
+	// origin's limit is being looked for; a 429 then is the origin's.
+	probing bool
 	granted time.Time
 }
 
@@ -237,11 +240,11 @@ func (s *Slot) Done(r push.Result) {
 	}
 	now := s.p.now()
 	throttled := r.Status == 429 || (r.Status == 406 && r.Class == push.Retryable)
-	if throttled {
+	if s.l.done(s, r, throttled, now) {
+		// The device's own throttling: its later sends wait it out.
 		pause := max(r.RetryAfter, s.p.cfg.DefaultPause)
 		s.p.subs.Add(s.req.Sub, now.Add(pause))
 	}
-	s.l.done(s, r, throttled, now)
 }
 
 // Close defers every waiting request and every later one: shutdown hands

@@ -116,7 +116,9 @@ func TestBreaker(t *testing.T) {
 }
 
 // TestSubscriptionPause: a 429 pauses its subscription for max(Retry-After,
-// DefaultPause) and no other.
+// DefaultPause) and no other, once the origin's rate is known (here, from
+// a peer); a 429 while the origin's limit is being looked for (slow start)
+// is the origin's, answered by the lane, and pauses no subscription.
 func TestSubscriptionPause(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -134,6 +136,18 @@ func TestSubscriptionPause(t *testing.T) {
 			h := newHarness(t, nil)
 			a := pacing.Request{Origin: origin, Sub: "a", Tier: tiers.Tier1}
 			b := pacing.Request{Origin: origin, Sub: "b", Tier: tiers.Tier1}
+			h.acquire(a).Done(ok)
+			if tt.answer.Status != 0 && tt.answer.Status != 201 {
+				if s := h.acquire(a); s != nil {
+					s.Done(tt.answer)
+				}
+				if h.p.SubscriptionPaused("a") {
+					t.Errorf("a 429 in slow start paused its subscription")
+				}
+			}
+			h.p.Apply(pacing.Signal{Origin: origin, From: "peer", At: h.clk.Now(), Kind: pacing.SignalRate, Rate: 100})
+			h.clk.Advance(time.Second) // past the hold of the rate's change
+			base := h.clk.Now()
 			h.acquire(a).Done(tt.answer)
 			h.acquire(b).Done(ok) // others are unaffected
 			if got := h.p.SubscriptionPaused("b"); got {
