@@ -51,10 +51,11 @@ func (l *pacingLog) of(origin string) []pacing.Event {
 // it once the service recovers; a healthy second origin keeps its full
 // throughput throughout.
 func TestBreaker(t *testing.T) {
-	// Known: since cuts that never end open the breaker, this bubble
-	// stalls now and then (it passed in 5 s, and hung in another run);
-	// open in the pacing issue.
-	t.Skip("stalls intermittently since the breaker rule changed; see the pacing issue")
+	// Known: in some runs the breaker never opens: at the dozen answers
+	// a second the rate leaves, a random 30% looks like 20% or less now
+	// and then, a clean judgement that restarts the count of storms; in
+	// others it passes in 9 s. Open in the pacing issue.
+	t.Skip("the breaker does not always open on random 429s; see the pacing issue")
 	synctest.Test(t, func(t *testing.T) {
 		sick := pushsim.DefaultConfig()
 		sick.Fail429 = 0.30
@@ -158,12 +159,6 @@ func TestTier1DuringTier3Flood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("20,000 events")
 	}
-	// Known gap of the rate controller: every probe above the ceiling
-	// ends in a short burst of 429s, and a tier-1 send caught in one takes
-	// the 2 s step; tier-1 trickling in during a flood measured p99 6.1 s.
-	// (Tier 1 arriving in one burst is TestTier1BehindFlood: 55 and
-	// 237 ms.) Open in the pacing issue until probing spares tier 1.
-	t.Skip("known gap: the rate controller's probes catch tier-1 sends (p99 6.1 s); see the pacing issue")
 	synctest.Test(t, func(t *testing.T) {
 		sim := pushsim.DefaultConfig()
 		sim.RateLimit, sim.Burst, sim.RetryAfter = 500, 500, 1
