@@ -17,22 +17,31 @@ type attrCache[K comparable] struct {
 	build func(K) []attribute.KeyValue
 
 	mu   sync.RWMutex
-	opts map[K]metric.MeasurementOption
+	opts map[K]attrOpts
+}
+
+// attrOpts are one label set's options as the variadic arguments of Add
+// and Record: a slice built per call escapes to the heap through the
+// instrument's interface.
+type attrOpts struct {
+	add    []metric.AddOption
+	record []metric.RecordOption
 }
 
 func newAttrCache[K comparable](build func(K) []attribute.KeyValue) *attrCache[K] {
-	return &attrCache[K]{build: build, opts: make(map[K]metric.MeasurementOption)}
+	return &attrCache[K]{build: build, opts: make(map[K]attrOpts)}
 }
 
-// get returns the option of k's label set.
-func (c *attrCache[K]) get(k K) metric.MeasurementOption {
+// get returns the options of k's label set.
+func (c *attrCache[K]) get(k K) attrOpts {
 	c.mu.RLock()
 	o, ok := c.opts[k]
 	c.mu.RUnlock()
 	if ok {
 		return o
 	}
-	o = metric.WithAttributeSet(attribute.NewSet(c.build(k)...))
+	set := metric.WithAttributeSet(attribute.NewSet(c.build(k)...))
+	o = attrOpts{add: []metric.AddOption{set}, record: []metric.RecordOption{set}}
 	c.mu.Lock()
 	if len(c.opts) < MaxSeries {
 		c.opts[k] = o

@@ -240,10 +240,10 @@ func (m *Metrics) Shutdown(ctx context.Context) error { return m.provider.Shutdo
 func (m *Metrics) Sent(s deliver.SendInfo) {
 	ctx := context.Background()
 	tier := s.Tier.String()
-	m.sends.Add(ctx, 1, m.attrs.sends.get(sendKey{origin: s.Origin, tier: tier, step: s.Step, class: statusClass(s.Result)}))
-	m.sendLatency.Record(ctx, s.Took.Seconds(), m.attrs.latency.get(originKey{s.Origin}))
+	m.sends.Add(ctx, 1, m.attrs.sends.get(sendKey{origin: s.Origin, tier: tier, step: s.Step, class: statusClass(s.Result)}).add...)
+	m.sendLatency.Record(ctx, s.Took.Seconds(), m.attrs.latency.get(originKey{s.Origin}).record...)
 	if s.Step != "first" {
-		m.lateness.Record(ctx, max(s.Lateness.Seconds(), 0), m.attrs.lateness.get(stepKey{tier: tier, step: s.Step}))
+		m.lateness.Record(ctx, max(s.Lateness.Seconds(), 0), m.attrs.lateness.get(stepKey{tier: tier, step: s.Step}).record...)
 	}
 }
 
@@ -264,12 +264,12 @@ func (m *Metrics) DeadLettered(reason topology.Reason) {
 // Finished counts a terminal outcome.
 func (m *Metrics) Finished(f deliver.FinishInfo) {
 	ctx := context.Background()
-	m.outcomes.Add(ctx, 1, m.attrs.outcomes.get(outcomeKey{outcome: string(f.Outcome), reason: string(f.Reason), tier: f.Tier}))
+	m.outcomes.Add(ctx, 1, m.attrs.outcomes.get(outcomeKey{outcome: string(f.Outcome), reason: string(f.Reason), tier: f.Tier}).add...)
 	if f.Outcome == topology.OutcomeExpired {
-		m.expired.Add(ctx, 1, m.attrs.expired.get(tierKey{f.Tier}))
+		m.expired.Add(ctx, 1, m.attrs.expired.get(tierKey{f.Tier}).add...)
 	}
 	if f.Latency > 0 {
-		m.delivery.Record(ctx, f.Latency.Seconds(), m.attrs.delivery.get(deliveryKey{tier: f.Tier, outcome: string(f.Outcome)}))
+		m.delivery.Record(ctx, f.Latency.Seconds(), m.attrs.delivery.get(deliveryKey{tier: f.Tier, outcome: string(f.Outcome)}).record...)
 	}
 }
 
