@@ -93,9 +93,18 @@ bench-pacing:
 # the webpush-go-only ceiling. Writes bench/results/*.json and
 # docs/img/bench-*.svg and prints the tables. BENCH_FLAGS adds flags, for
 # example BENCH_FLAGS='--scenario a --events 20000'.
-.PHONY: bench
+.PHONY: bench bench-cpu
 bench:
 	$(GO) run ./cmd/bench --scenario all $(BENCH_FLAGS)
+
+# CPU per notification side by side (docs/benchmarks.md): scenarios a and b,
+# 6,000 events each, against an HTTPS push simulator verifying 1 in 50, with
+# the loop of 64 webpush-go senders and BullMQ + web-push on Redis (Redis
+# from Debian, the npm packages into .cache/bench-peer, installed when
+# missing) in the same run; prints the ratios, CPU s / 1k and allocs/event.
+# Run it on a quiet machine.
+bench-cpu:
+	$(GO) run ./cmd/bench --scenario a,b --events 6000 --verify-every 50 --ceiling-senders 64 --peer bullmq $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin data

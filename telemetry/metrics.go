@@ -41,6 +41,8 @@ type Metrics struct {
 	sendLatency metric.Float64Histogram
 	// vapidRejected counts 401/403 per app (vapid.go).
 	vapidRejected metric.Int64Counter
+	// attrs are the label sets of the per-record hooks, built once.
+	attrs hotAttrs
 }
 
 var _ deliver.Hooks = (*Metrics)(nil)
@@ -61,7 +63,7 @@ func NewMetrics(ctx context.Context) (*Metrics, error) {
 		// Per-origin series: any public host is a new origin. Past this
 		// many label sets a metric folds the rest into one overflow
 		// series instead of growing for good.
-		sdkmetric.WithCardinalityLimit(MaxSeries))}
+		sdkmetric.WithCardinalityLimit(MaxSeries)), attrs: newHotAttrs()}
 	meter := m.provider.Meter("github.com/tierpush/tierpush")
 	seconds := metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 	var errs [9]error
@@ -237,13 +239,11 @@ func (m *Metrics) Shutdown(ctx context.Context) error { return m.provider.Shutdo
 // Sent counts a send.
 func (m *Metrics) Sent(s deliver.SendInfo) {
 	ctx := context.Background()
-	m.sends.Add(ctx, 1, metric.WithAttributes(
-		attribute.String("origin", s.Origin), attribute.String("tier", s.Tier.String()),
-		attribute.String("step", s.Step), attribute.String("class", statusClass(s.Result)),
-	))
-	m.sendLatency.Record(ctx, s.Took.Seconds(), metric.WithAttributes(attribute.String("origin", s.Origin)))
+	tier := s.Tier.String()
+	m.sends.Add(ctx, 1, m.attrs.sends.get(sendKey{origin: s.Origin, tier: tier, step: s.Step, class: statusClass(s.Result)}).add...)
+	m.sendLatency.Record(ctx, s.Took.Seconds(), m.attrs.latency.get(originKey{s.Origin}).record...)
 	if s.Step != "first" {
-		m.lateness.Record(ctx, max(s.Lateness.Seconds(), 0), metric.WithAttributes(attribute.String("tier", s.Tier.String()), attribute.String("step", s.Step)))
+		m.lateness.Record(ctx, max(s.Lateness.Seconds(), 0), m.attrs.lateness.get(stepKey{tier: tier, step: s.Step}).record...)
 	}
 }
 
@@ -264,15 +264,17 @@ func (m *Metrics) DeadLettered(reason topology.Reason) {
 // Finished counts a terminal outcome.
 func (m *Metrics) Finished(f deliver.FinishInfo) {
 	ctx := context.Background()
-	attrs := metric.WithAttributes(attribute.String("outcome", string(f.Outcome)), attribute.String("reason", string(f.Reason)), attribute.String("tier", f.Tier))
-	m.outcomes.Add(ctx, 1, attrs)
+	m.outcomes.Add(ctx, 1, m.attrs.outcomes.get(outcomeKey{outcome: string(f.Outcome), reason: string(f.Reason), tier: f.Tier}).add...)
 	if f.Outcome == topology.OutcomeExpired {
-		m.expired.Add(ctx, 1, metric.WithAttributes(attribute.String("tier", f.Tier)))
+		m.expired.Add(ctx, 1, m.attrs.expired.get(tierKey{f.Tier}).add...)
 	}
 	if f.Latency > 0 {
-		m.delivery.Record(ctx, f.Latency.Seconds(), metric.WithAttributes(attribute.String("tier", f.Tier), attribute.String("outcome", string(f.Outcome))))
+		m.delivery.Record(ctx, f.Latency.Seconds(), m.attrs.delivery.get(deliveryKey{tier: f.Tier, outcome: string(f.Outcome)}).record...)
 	}
 }
+
+// statusClasses name the status classes without building a string.
+var statusClasses = [...]string{"0xx", "1xx", "2xx", "3xx", "4xx", "5xx"}
 
 func statusClass(r push.Result) string {
 	switch {
@@ -280,6 +282,8 @@ func statusClass(r push.Result) string {
 		return "error"
 	case r.Status == 429:
 		return "429"
+	case r.Status > 0 && r.Status/100 < len(statusClasses):
+		return statusClasses[r.Status/100]
 	default:
 		return strconv.Itoa(r.Status/100) + "xx"
 	}

@@ -29,8 +29,10 @@ func (t Tier) String() string {
 	if t < Tier1 || t > Tier3 {
 		return fmt.Sprintf("tier(%d)", uint8(t))
 	}
-	return "tier" + string(rune('0'+t))
+	return tierNames[t-Tier1] // a constant: this runs a few times per record
 }
+
+var tierNames = [...]string{"tier1", "tier2", "tier3"}
 
 // Valid reports whether t is one of the contract's tiers.
 func (t Tier) Valid() bool { return t >= Tier1 && t <= Tier3 }

@@ -126,32 +126,38 @@ func parseMillis(key, v string) (time.Time, error) {
 // Headers appends m's routing headers to dst, all but the signature, in a
 // fixed order (the signature covers them in this order).
 func (m *Meta) Headers(dst []kgo.RecordHeader) []kgo.RecordHeader {
-	add := func(k, v string) { dst = append(dst, kgo.RecordHeader{Key: k, Value: []byte(v)}) }
-	add(HeaderAttempt, strconv.Itoa(m.Attempt))
+	// Every value is a slice of one buffer, sized so that no append
+	// moves it: one allocation for the values, not two per header (bench
+	// a: 4% of the processor's allocations).
+	const num = 20 // the longest int64 in decimal
+	buf := make([]byte, 0, 6*num+len(m.Origin)+len(m.Reason)+len(m.Error))
+	add := func(k string, v []byte) []byte {
+		dst = append(dst, kgo.RecordHeader{Key: k, Value: v[len(buf):len(v):len(v)]})
+		return v
+	}
+	buf = add(HeaderAttempt, strconv.AppendInt(buf, int64(m.Attempt), 10))
 	if !m.Due.IsZero() {
-		add(HeaderDue, millis(m.Due))
+		buf = add(HeaderDue, strconv.AppendInt(buf, m.Due.UnixMilli(), 10))
 	}
 	if !m.NotBefore.IsZero() {
-		add(HeaderNotBefore, millis(m.NotBefore))
+		buf = add(HeaderNotBefore, strconv.AppendInt(buf, m.NotBefore.UnixMilli(), 10))
 	}
 	if !m.FirstSeen.IsZero() {
-		add(HeaderFirstSeen, millis(m.FirstSeen))
+		buf = add(HeaderFirstSeen, strconv.AppendInt(buf, m.FirstSeen.UnixMilli(), 10))
 	}
-	add(HeaderOrigin, m.Origin)
-	add(HeaderStatus, strconv.Itoa(m.Status))
+	buf = add(HeaderOrigin, append(buf, m.Origin...))
+	buf = add(HeaderStatus, strconv.AppendInt(buf, int64(m.Status), 10))
 	if m.Reason != "" {
-		add(HeaderReason, string(m.Reason))
+		buf = add(HeaderReason, append(buf, m.Reason...))
 	}
 	if m.Error != "" {
-		add(HeaderError, m.Error)
+		buf = add(HeaderError, append(buf, m.Error...))
 	}
 	if m.RedriveCount > 0 {
-		add(HeaderRedriveCount, strconv.Itoa(m.RedriveCount))
+		add(HeaderRedriveCount, strconv.AppendInt(buf, int64(m.RedriveCount), 10))
 	}
 	return dst
 }
-
-func millis(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
 
 // OriginOf formats the push-origin of a record.
 func OriginOf(r *kgo.Record) string {

@@ -83,18 +83,19 @@ func (b *bench) logf(format string, args ...any) {
 
 // scenarioRun is one scenario's live state.
 type scenarioRun struct {
-	sc      scenario
-	res     *Result
-	sim     *pushsim.Server
-	arr     *arrivals
-	evs     []benchEvent
-	names   topology.Names
-	policy  tiers.Policy // the ladders of --config
-	group   string
-	kopts   []kgo.Opt
-	proc    *child
-	metrics string // the processor's /metrics URL
-	pprof   string // the processor's /debug/pprof/ URL
+	sc       scenario
+	res      *Result
+	sim      *pushsim.Server
+	arr      *arrivals
+	evs      []benchEvent
+	names    topology.Names
+	policy   tiers.Policy // the ladders of --config
+	group    string
+	kopts    []kgo.Opt
+	proc     *child
+	certFile string // the simulator's certificate (PEM), with --push-tls
+	metrics  string // the processor's /metrics URL
+	pprof    string // the processor's /debug/pprof/ URL
 
 	produced atomic.Int64
 	outs     *outcomeReader
@@ -129,7 +130,10 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) (*Result, error) {
 	// The push simulator, in this process.
 	simCfg := pushsim.DefaultConfig()
 	simCfg.VerifyEvery = b.cfg.VerifyEvery
-	simCfg.KeepDeliveries = 1
+	// Every delivery is kept, so the bench can compare each decrypted
+	// body with the payload of its event.
+	simCfg.KeepDeliveries = max(sc.Events, 1)
+	simCfg.TLS = b.cfg.PushTLS
 	simCfg.VAPIDPublicKey = b.vapid.pub
 	if sc.Sim != nil {
 		sc.Sim(&simCfg)
@@ -143,10 +147,23 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) (*Result, error) {
 		return nil, fmt.Errorf("push simulator: %w", err)
 	}
 	simAddr := ln.Addr().String()
-	r.sim.SetBaseURL("http://" + simAddr)
 	r.arr = newArrivals(sc.Events)
 	srv := &http.Server{Handler: r.arr.wrap(r.sim.Handler()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	go srv.Serve(ln)
+	if b.cfg.PushTLS {
+		// HTTPS with HTTP/2, like FCM, autopush, APNs and WNS: the
+		// processor trusts the simulator's certificate via SSL_CERT_FILE,
+		// the peer via NODE_EXTRA_CA_CERTS, the ceiling loops via a pool.
+		r.certFile = filepath.Join(dir, "pushsim.pem")
+		if err := os.WriteFile(r.certFile, r.sim.CertPEM(), 0o644); err != nil {
+			return nil, err
+		}
+		r.sim.SetBaseURL("https://" + simAddr)
+		srv.TLSConfig = r.sim.TLSConfig()
+		go srv.ServeTLS(ln, "", "")
+	} else {
+		r.sim.SetBaseURL("http://" + simAddr)
+		go srv.Serve(ln)
+	}
 	defer func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
@@ -206,6 +223,9 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) (*Result, error) {
 	if b.cfg.Profile != "" {
 		env = append(env, "TIERPUSH_PPROF=1")
 	}
+	if r.certFile != "" {
+		env = append(env, "SSL_CERT_FILE="+r.certFile)
+	}
 	r.res.ProcessorEnv = b.cfg.ProcessorEnv
 	env = append(env, b.cfg.ProcessorEnv...)
 	r.res.ProcessorArgs = append(append([]string{"--max-in-flight", fmt.Sprint(b.cfg.MaxInFlight)}, b.configArgs()...), b.cfg.ProcessorFlags...)
@@ -257,20 +277,35 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) (*Result, error) {
 	if broker != nil {
 		broker.stop(30 * time.Second)
 	}
+	// Each push request of the run so far was checked; the loops below
+	// send the same events again.
+	r.res.checkBodies(r.sim.Deliveries(), r.evs, r.arr.index)
 	if sc.Ceiling {
-		b.logf("scenario %s: ceiling: webpush-go alone, %d events, %d at once", sc.Name, len(r.evs), b.cfg.MaxInFlight)
-		c, err := ceiling(ctx, r.evs, b.cfg.MaxInFlight, b.vapid)
+		conc := b.cfg.CeilingSenders
+		b.logf("scenario %s: ceiling: webpush-go alone, %d events, %d at once", sc.Name, len(r.evs), conc)
+		c, err := ceiling(ctx, r.evs, conc, b.vapid, r.sim.CertPool())
 		if err != nil {
 			return nil, err
 		}
 		r.res.Ceiling = &c
 		r.res.Ratio = r.res.EventsPerSec / c.EventsPerSec
-		b.logf("scenario %s: dispatch loop: internal/dispatch alone, %d events, %d at once", sc.Name, len(r.evs), b.cfg.MaxInFlight)
-		d, err := dispatchLoop(ctx, r.evs, b.cfg.MaxInFlight, b.vapid)
+		b.logf("scenario %s: dispatch loop: internal/dispatch alone, %d events, %d at once", sc.Name, len(r.evs), conc)
+		d, err := dispatchLoop(ctx, r.evs, conc, b.vapid, r.sim.CertPool())
 		if err != nil {
 			return nil, err
 		}
 		r.res.DispatchLoop = &d
+		if b.cfg.Peer == "bullmq" {
+			p, skipped := b.runPeer(ctx, r, dir)
+			switch {
+			case skipped != "":
+				b.logf("scenario %s: peer BullMQ + web-push skipped: %s", sc.Name, skipped)
+				r.res.PeerSkipped = skipped
+			default:
+				r.res.Peer = p
+				r.res.PeerRatio = r.res.EventsPerSec / p.EventsPerSec
+			}
+		}
 	}
 	r.res.LoadAfter = loadAvg()
 	r.res.Timeline = r.timeline

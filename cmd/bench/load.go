@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -267,8 +268,8 @@ type ceilingResult struct {
 // dispatchLoop sends every event with the processor's own sender
 // (internal/dispatch) alone: no Kafka, no pipeline. It shows what Kafka and
 // the pipeline cost on top of the send itself.
-func dispatchLoop(ctx context.Context, evs []benchEvent, conc int, vapid vapidKeys) (ceilingResult, error) {
-	hc := dispatch.NewHTTPClient(dispatch.HTTPConfig{})
+func dispatchLoop(ctx context.Context, evs []benchEvent, conc int, vapid vapidKeys, roots *x509.CertPool) (ceilingResult, error) {
+	hc := loopClient(roots)
 	defer hc.CloseIdleConnections()
 	w, err := dispatch.New(dispatch.Config{VAPID: dispatch.VAPID{PublicKey: vapid.pub, PrivateKey: vapid.priv, Subject: vapid.subject}}, hc)
 	if err != nil {
@@ -290,10 +291,20 @@ func dispatchLoop(ctx context.Context, evs []benchEvent, conc int, vapid vapidKe
 	})
 }
 
+// loopClient is the HTTP client of the loops: the processor's, trusting
+// roots (the simulator's certificate) when it serves HTTPS.
+func loopClient(roots *x509.CertPool) *http.Client {
+	var tc *dispatch.TLSConfig
+	if roots != nil {
+		tc = &dispatch.TLSConfig{RootCAs: roots}
+	}
+	return dispatch.NewHTTPClient(dispatch.HTTPConfig{TLS: tc})
+}
+
 // ceiling sends every event with webpush-go alone: one shared HTTP client
 // tuned like the processor's, conc sends at once, no Kafka.
-func ceiling(ctx context.Context, evs []benchEvent, conc int, vapid vapidKeys) (ceilingResult, error) {
-	hc := dispatch.NewHTTPClient(dispatch.HTTPConfig{})
+func ceiling(ctx context.Context, evs []benchEvent, conc int, vapid vapidKeys, roots *x509.CertPool) (ceilingResult, error) {
+	hc := loopClient(roots)
 	defer hc.CloseIdleConnections()
 	opts := webpush.Options{
 		HTTPClient:      hc,

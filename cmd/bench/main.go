@@ -55,8 +55,18 @@ type config struct {
 	RSSEvents   int
 	RSSHold     time.Duration
 	VerifyEvery int
-	Timeout     time.Duration
-	Quiet       bool
+	// PushTLS serves the simulator over HTTPS (HTTP/2), as every real
+	// push service is.
+	PushTLS bool
+	// CeilingSenders is how many sends at once the webpush-go-only loop
+	// and the dispatch-alone loop make.
+	CeilingSenders int
+	// Peer names the peer stack run next to the ceiling ("bullmq"), or
+	// "none"; PeerDir caches its npm packages.
+	Peer    string
+	PeerDir string
+	Timeout time.Duration
+	Quiet   bool
 	// ProcessorFlags and ProcessorEnv are added to `processor run`'s
 	// arguments and environment (and recorded in the results).
 	ProcessorFlags []string
@@ -72,16 +82,20 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		Events:      100_000,
-		Scenarios:   []string{"all"},
-		MaxInFlight: 768,
-		Out:         "bench/results",
-		Charts:      "docs/img",
-		DEvents:     30_000,
-		RSSHold:     70 * time.Second,
-		VerifyEvery: 100,
-		Timeout:     6 * time.Minute,
-		Policy:      tiers.DefaultPolicy(),
+		Events:         100_000,
+		Scenarios:      []string{"all"},
+		MaxInFlight:    768,
+		Out:            "bench/results",
+		Charts:         "docs/img",
+		DEvents:        30_000,
+		RSSHold:        70 * time.Second,
+		VerifyEvery:    50,
+		PushTLS:        true,
+		CeilingSenders: 64,
+		Peer:           "bullmq",
+		PeerDir:        ".cache/bench-peer",
+		Timeout:        6 * time.Minute,
+		Policy:         tiers.DefaultPolicy(),
 	}
 }
 
@@ -104,6 +118,10 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.RSSEvents, "rss-events", c.RSSEvents, "events of scenario e (default: --events)")
 	fs.DurationVar(&c.RSSHold, "rss-hold", c.RSSHold, "how long scenario e samples RSS once every event waits in a retry step")
 	fs.IntVar(&c.VerifyEvery, "verify-every", c.VerifyEvery, "the simulator decrypts and verifies 1 request in N")
+	fs.BoolVar(&c.PushTLS, "push-tls", c.PushTLS, "serve the push simulator over HTTPS with HTTP/2, as real push services are (false: plain HTTP/1.1)")
+	fs.IntVar(&c.CeilingSenders, "ceiling-senders", c.CeilingSenders, "sends at once in the webpush-go-only ceiling loop, the dispatch-alone loop and the peer's worker")
+	fs.StringVar(&c.Peer, "peer", c.Peer, "peer stack measured next to the ceiling in scenarios a and b: bullmq (Redis from Debian, bullmq and web-push from npm, installed when missing; skipped with a message when they cannot be) or none")
+	fs.StringVar(&c.PeerDir, "peer-dir", c.PeerDir, "directory caching the peer's npm packages")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "bound on the wait for one scenario's outcomes; past it the scenario reports what it reached")
 	fs.Func("processor-flags", "extra flags for `processor run`, space separated (e.g. \"--pacing=false\")", func(v string) error {
 		c.ProcessorFlags = strings.Fields(v)
@@ -137,6 +155,12 @@ func (c *config) Validate() error {
 	}
 	if c.MaxInFlight < 1 || c.MaxInFlight > 100_000 {
 		errs = append(errs, fmt.Errorf("--max-in-flight: %d, want 1..100000", c.MaxInFlight))
+	}
+	if c.CeilingSenders < 1 || c.CeilingSenders > 100_000 {
+		errs = append(errs, fmt.Errorf("--ceiling-senders: %d, want 1..100000", c.CeilingSenders))
+	}
+	if c.Peer != "bullmq" && c.Peer != "none" {
+		errs = append(errs, fmt.Errorf("--peer: %q, want bullmq or none", c.Peer))
 	}
 	if c.VerifyEvery < 1 {
 		errs = append(errs, fmt.Errorf("--verify-every: %d, want at least 1", c.VerifyEvery))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -77,6 +78,17 @@ type Result struct {
 	Ceiling      *ceilingResult `json:"ceiling,omitempty"`
 	Ratio        float64        `json:"ratio_to_ceiling,omitempty"`
 	DispatchLoop *ceilingResult `json:"dispatch_loop,omitempty"`
+	// Peer is BullMQ + web-push on Redis over the same events (--peer);
+	// PeerSkipped says why it did not run.
+	Peer        *peerResult `json:"peer_bullmq,omitempty"`
+	PeerRatio   float64     `json:"ratio_to_peer,omitempty"`
+	PeerSkipped string      `json:"peer_skipped,omitempty"`
+
+	// BodiesVerified are the push requests the simulator decrypted
+	// (1 in --verify-every); BodiesMismatched those whose plaintext was
+	// not the event's payload byte for byte.
+	BodiesVerified   int `json:"bodies_verified"`
+	BodiesMismatched int `json:"bodies_mismatched"`
 
 	RateLimited *RateLimitFigures `json:"rate_limited,omitempty"`
 	RSS         *RSSFigures       `json:"rss,omitempty"`
@@ -328,7 +340,13 @@ func (res *Result) check() {
 		add("≥ 4,000 events/s", fmt.Sprintf("%.0f events/s", res.EventsPerSec), res.EventsPerSec >= 4000)
 		if res.Ceiling != nil {
 			add("≥ 60% of the webpush-go ceiling", fmt.Sprintf("%.0f%% of %.0f events/s", 100*res.Ratio, res.Ceiling.EventsPerSec), res.Ratio >= 0.6)
+			add(fmt.Sprintf("≥ 1.2× the loop of %d webpush-go senders", res.Ceiling.Concurrency), fmt.Sprintf("%.2f×", res.Ratio), res.Ratio >= 1.2)
 		}
+		if res.Peer != nil {
+			add("≥ 5× BullMQ + web-push", fmt.Sprintf("%.2f× of %.0f events/s", res.PeerRatio, res.Peer.EventsPerSec), res.PeerRatio >= 5)
+		}
+		add("≤ 0.10 processor CPU s per 1,000 events", fmt.Sprintf("%.3f", res.CPUSecPer1k), res.CPUSecPer1k <= 0.10)
+		add("≤ 100 allocations per event", fmt.Sprintf("%.0f", res.AllocsPerEvent), res.AllocsPerEvent <= 100)
 	case "b":
 		add(fmt.Sprintf("≥ 3,000 events/s at 50 ms per push (max-in-flight %d)", res.MaxInFlight), fmt.Sprintf("%.0f events/s", res.EventsPerSec), res.EventsPerSec >= 3000)
 	case "d", "d100", "d3":
@@ -342,6 +360,9 @@ func (res *Result) check() {
 				fmt.Sprintf("peak %.0f MB (VmHWM); %.0f MB while %d–%d wait", res.PeakRSSMB, f.RSSMaxMB, f.WaitingMin, f.WaitingMax),
 				res.PeakRSSMB <= 256 && f.WaitingMin >= int64(res.Events)*99/100)
 		}
+	}
+	if res.BodiesVerified > 0 || res.BodiesMismatched > 0 {
+		add("sampled bodies decrypt to the event's payload byte for byte", fmt.Sprintf("%d of %d", res.BodiesVerified-res.BodiesMismatched, res.BodiesVerified), res.BodiesMismatched == 0)
 	}
 	if l := res.Lateness; l != nil && l.Count > 0 && res.RSS == nil {
 		add("retry lateness p99 ≤ 50 ms", fmt.Sprintf("p99 %.1f ms over %d retries", l.P99MS, l.Count), l.P99MS <= 50)
@@ -388,6 +409,7 @@ func writeTables(w io.Writer, m Machine, rs []*Result) {
 			r.Name, r.Title, r.Events, flags, eps, ceil, ratio, alone, r.CPUSecPer1k, r.CPUCores, r.PeakRSSMB, r.AllocsPerEvent, r.BrokerCPUSecPer1k, r.BenchCPUSecPer1k)
 	}
 	fmt.Fprintln(w)
+	writeRatios(w, rs)
 	fmt.Fprintln(w, "| scenario | e2e p50 / p99 ms, tier1 | tier2 | tier3 | processing p50 / p99 ms | retry lateness p50 / p99 / max ms (count) | after the backlog | early | processor's lateness histogram: ≤ 50 ms |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
@@ -570,4 +592,49 @@ func loadAvg() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// writeRatios prints, for the scenarios with a ceiling, tierpush against
+// the webpush-go-only loop and the BullMQ peer measured in the same run.
+func writeRatios(w io.Writer, rs []*Result) {
+	var with []*Result
+	for _, r := range rs {
+		if r.Ceiling != nil {
+			with = append(with, r)
+		}
+	}
+	if len(with) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "| scenario | tierpush events/s | webpush-go loop events/s (senders) | tierpush / webpush-go | BullMQ + web-push events/s | tierpush / BullMQ | processor CPU s / 1k | allocs / event |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range with {
+		peer, pratio := "skipped", "–"
+		if r.Peer != nil {
+			peer, pratio = fmt.Sprintf("%.0f", r.Peer.EventsPerSec), fmt.Sprintf("%.2f×", r.PeerRatio)
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.0f (%d) | %.2f× | %s | %s | %.3f | %.0f |\n", r.Name, r.EventsPerSec, r.Ceiling.EventsPerSec,
+			r.Ceiling.Concurrency, r.Ratio, peer, pratio, r.CPUSecPer1k, r.AllocsPerEvent)
+	}
+	for _, r := range with {
+		if r.PeerSkipped != "" {
+			fmt.Fprintf(w, "\nScenario %s: the BullMQ peer was skipped: %s.\n", r.Name, r.PeerSkipped)
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// checkBodies compares the plaintext of every push request the simulator
+// decrypted with the payload of the request's event.
+func (res *Result) checkBodies(ds []pushsim.Delivery, evs []benchEvent, index map[string]int) {
+	for _, d := range ds {
+		if !d.Verified {
+			continue
+		}
+		res.BodiesVerified++
+		i, ok := index[d.SubID]
+		if !ok || i >= len(evs) || !bytes.Equal(d.Payload, evs[i].payload) {
+			res.BodiesMismatched++
+		}
+	}
 }

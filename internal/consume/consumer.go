@@ -100,6 +100,8 @@ type Consumer struct {
 	// records counts every record goroutine, so Run returns after the
 	// last one even when a hand-off stopped waiting for it.
 	records sync.WaitGroup
+	// runners are the goroutines records are handled on (runners.go).
+	runners *runners
 
 	joined, draining atomic.Bool
 	produceFailures  atomic.Int64
@@ -117,7 +119,8 @@ type topicPart struct {
 // New returns a Consumer whose group client adds the group options to
 // kopts (seed brokers, TLS, SASL, hooks, dialer and so on).
 func New(cfg Config, log *slog.Logger, h Handler, hooks Hooks, kopts []kgo.Opt) (*Consumer, error) {
-	c := &Consumer{cfg: cfg, log: log, h: h, hooks: hooks, parts: make(map[topicPart]*worker), dropped: make(map[string]topology.Source)}
+	c := &Consumer{cfg: cfg, log: log, h: h, hooks: hooks, parts: make(map[topicPart]*worker), dropped: make(map[string]topology.Source),
+		runners: newRunners()}
 	weights := [3]int{}
 	for i, t := range tiers.All {
 		weights[i] = cfg.Policy.Ladder(t).Weight
@@ -232,6 +235,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.cl.AllowRebalance() // Close leaves the group, which waits for it
 	c.cl.Close()
 	c.records.Wait() // bounded by the send timeout: nothing waits on the partition any more
+	c.runners.stop()
 	return err
 }
 

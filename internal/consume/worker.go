@@ -233,7 +233,7 @@ func (w *worker) recountLocked() {
 }
 
 // startOne starts the partition's next ready record on a window slot taken
-// for it (window.start), on a goroutine of its own.
+// for it (window.start), on a record goroutine (runners.go).
 func (c *Consumer) startOne(w *worker) (started, more bool) {
 	w.mu.Lock()
 	if w.closing || w.ctx.Err() != nil || len(w.ready) == 0 {
@@ -260,11 +260,11 @@ func (c *Consumer) startOne(w *worker) (started, more bool) {
 	if !w.src.Retry {
 		c.unqueue(w.src.Tier.Index(), 1)
 	}
-	go w.handle(t)
+	c.runners.run(w, t)
 	return true, more
 }
 
-// handle is one record's goroutine: deliver decides, the records it leads
+// handle is one record on its runner: deliver decides, the records it leads
 // to are produced, and once all are acknowledged the hooks fire and the
 // checkpoint moves. A record abandoned at hand-off stays unfinished.
 func (w *worker) handle(t *task) {

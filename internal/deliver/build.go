@@ -32,7 +32,7 @@ func (h *Handler) terminal(j *job, d topology.Decision) []*kgo.Record {
 	out := make([]*kgo.Record, 0, 2)
 	switch {
 	case d.Outcome == topology.OutcomeGone && j.res.Class == push.Gone && j.res.Status != 0:
-		out = append(out, goneRecord(h.cfg.Names.Gone(), j.in.Record, j.ev, j.rep.Sub, j.meta.Status, j.dec.Now))
+		out = append(out, goneRecord(h.gone, j.in.Record, j.ev, j.rep.Sub, j.meta.Status, j.dec.Now))
 	case d.Outcome != topology.OutcomeDelivered && d.Outcome != topology.OutcomeGone:
 		out = append(out, h.dead(j, d.Reason, j.res.Err)...)
 	}
@@ -42,7 +42,7 @@ func (h *Handler) terminal(j *job, d topology.Decision) []*kgo.Record {
 // dead builds the DLQ record of j.
 func (h *Handler) dead(j *job, reason topology.Reason, cause string) []*kgo.Record {
 	j.rep.Dead = append(j.rep.Dead, reason)
-	return []*kgo.Record{deadRecord(h.cfg.Names.DLQ(), j.in.Record, j.meta, reason, cause)}
+	return []*kgo.Record{deadRecord(h.dlq, j.in.Record, j.meta, reason, cause)}
 }
 
 // outcome builds the ledger record of j's end.
@@ -55,7 +55,7 @@ func (h *Handler) outcome(j *job, id, endpointHash string, d topology.Decision) 
 	}
 	tier := j.in.Source.Tier.String()
 	j.rep.Finish = &FinishInfo{Outcome: d.Outcome, Reason: d.Reason, Tier: tier, App: j.rep.App, Latency: latency}
-	return outcomeRecord(h.cfg.Names.Outcomes(), j.in.Record, j.meta, topology.OutcomeRecord{
+	return outcomeRecord(h.outcomes, j.in.Record, j.meta, topology.OutcomeRecord{
 		ID: id, Outcome: string(d.Outcome), Reason: string(d.Reason), Status: j.meta.Status,
 		Attempts: j.meta.Attempt, Tier: tier, App: app, EndpointHash: endpointHash,
 		LatencyMS: latency.Milliseconds(), FirstSeen: j.meta.FirstSeen.UnixMilli(), At: now.UnixMilli(),

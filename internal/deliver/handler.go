@@ -74,6 +74,9 @@ type Handler struct {
 	hooks      Hooks
 	tracer     Tracer
 	tombstones *lru.Cache[string, time.Time]
+	// The topics of every event's end, named once: Names builds each
+	// name per call.
+	outcomes, dlq, gone string
 }
 
 // Option sets an optional dependency of a Handler.
@@ -98,7 +101,8 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 		return nil, fmt.Errorf("tombstone cache: %w", err)
 	}
 	h := &Handler{cfg: cfg, log: log, sender: sender, signer: signer, pacer: pacer,
-		hooks: NopHooks{}, tracer: nopTracer{}, tombstones: tomb}
+		hooks: NopHooks{}, tracer: nopTracer{}, tombstones: tomb,
+		outcomes: cfg.Names.Outcomes(), dlq: cfg.Names.DLQ(), gone: cfg.Names.Gone()}
 	for _, o := range opts {
 		o(h)
 	}

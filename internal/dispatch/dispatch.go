@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tierpush/tierpush/internal/push"
@@ -208,7 +209,7 @@ func (w *WebPush) newCache(v VAPID) *vapidCache {
 		lifetime: w.cfg.JWTLifetime,
 		refresh:  w.cfg.JWTRefresh,
 		now:      w.cfg.Now,
-		byAud:    make(map[string]vapidHeader),
+		byAud:    make(map[audience]vapidHeader),
 	}
 }
 
@@ -225,8 +226,10 @@ func (w *WebPush) Signs(app string) bool {
 func (w *WebPush) Send(ctx context.Context, e *event.Event, ttl time.Duration) push.Result {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
 	defer cancel()
-	req, err := w.request(ctx, e, ttl)
+	b := bodies.Get().(*body)
+	req, err := w.request(ctx, e, ttl, b)
 	if err != nil {
+		b.recycle()
 		switch {
 		case errors.Is(err, errPayloadTooLarge):
 			return push.Result{Class: push.TooLarge, Err: err.Error()}
@@ -238,6 +241,7 @@ func (w *WebPush) Send(ctx context.Context, e *event.Event, ttl time.Duration) p
 	}
 	resp, err := w.hc.Do(req)
 	if err != nil {
+		b.release()
 		if isBlocked(err) {
 			return push.Result{Class: push.Blocked, Err: "endpoint address refused at dial time"}
 		}
@@ -245,49 +249,108 @@ func (w *WebPush) Send(ctx context.Context, e *event.Event, ttl time.Duration) p
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
+	b.release()
 	return Classify(resp.StatusCode, resp.Header, nil, w.cfg.Now())
 }
 
 // errNoIdentity: the event's app has no VAPID identity.
 var errNoIdentity = errors.New("no VAPID identity for the event's app")
 
-// request builds the RFC 8030 push request: the encrypted body, TTL,
+// Header values every push request shares. The transport only reads a
+// request's header, so one slice serves every request.
+var (
+	hdrAES128GCM   = []string{"aes128gcm"}
+	hdrOctetStream = []string{"application/octet-stream"}
+	hdrUrgency     = map[string][]string{
+		event.UrgencyVeryLow: {event.UrgencyVeryLow}, event.UrgencyLow: {event.UrgencyLow},
+		event.UrgencyNormal: {event.UrgencyNormal}, event.UrgencyHigh: {event.UrgencyHigh},
+	}
+)
+
+// request builds the RFC 8030 push request: the body encrypted into b, TTL,
 // Urgency, Topic and the cached VAPID Authorization of the event's app for
 // the endpoint's origin.
-func (w *WebPush) request(ctx context.Context, e *event.Event, ttl time.Duration) (*http.Request, error) {
-	body, err := encrypt(e.Payload, e.P256dh, e.Auth)
-	if err != nil {
-		return nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.Endpoint, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	secs := int(ttl / time.Second) // always set: an absent TTL is 0 at some push services
-	if secs == 0 && ttl > 0 {
-		secs = 1 // TTL 0 means "now or never"; a sub-second remainder is not that
-	}
-	h := req.Header
-	h.Set("Content-Encoding", "aes128gcm")
-	h.Set("Content-Type", "application/octet-stream")
-	h.Set("TTL", strconv.Itoa(secs))
-	if e.Topic != "" {
-		h.Set("Topic", e.Topic)
-	}
-	switch e.Urgency {
-	case event.UrgencyVeryLow, event.UrgencyLow, event.UrgencyNormal, event.UrgencyHigh:
-		h.Set("Urgency", e.Urgency)
-	}
+func (w *WebPush) request(ctx context.Context, e *event.Event, ttl time.Duration, b *body) (*http.Request, error) {
 	id, ok := w.ids[e.App]
 	if !ok {
 		return nil, errNoIdentity
 	}
-	auth, err := id.header(req.URL.Scheme + "://" + req.URL.Host)
+	msg, err := encryptTo(b.buf[:0], e.Payload, e.P256dh, e.PublicKey(), e.Auth)
 	if err != nil {
 		return nil, err
 	}
-	h.Set("Authorization", auth)
+	b.buf = msg
+	b.Reset(msg)
+	var req *http.Request
+	if u := e.EndpointURL; u != nil {
+		// Decode parsed and checked it: no second parse per send.
+		req = (&http.Request{Method: http.MethodPost, URL: u, Host: u.Host, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}).WithContext(ctx)
+	} else if req, err = http.NewRequestWithContext(ctx, http.MethodPost, e.Endpoint, nil); err != nil {
+		return nil, err
+	}
+	req.Body, req.ContentLength, req.GetBody = b, int64(len(msg)), b.rewind
+	secs := int(ttl / time.Second) // always set: an absent TTL is 0 at some push services
+	if secs == 0 && ttl > 0 {
+		secs = 1 // TTL 0 means "now or never"; a sub-second remainder is not that
+	}
+	auth, err := id.header(req.URL.Scheme, req.URL.Host)
+	if err != nil {
+		return nil, err
+	}
+	h := make(http.Header, 6)
+	h["Content-Encoding"] = hdrAES128GCM
+	h["Content-Type"] = hdrOctetStream
+	h["Ttl"] = []string{strconv.Itoa(secs)}
+	if e.Topic != "" {
+		h["Topic"] = []string{e.Topic}
+	}
+	if u, ok := hdrUrgency[e.Urgency]; ok {
+		h["Urgency"] = u
+	}
+	h["Authorization"] = auth
+	req.Header = h
 	return req, nil
+}
+
+// body is a request body over a recycled buffer of recordSize bytes: one
+// send allocated 4 KiB for its message, the largest share of the bytes the
+// processor allocated. The buffer goes back to bodies only once the
+// transport has closed the body and never asked for a second copy
+// (GetBody, on a retry of the request): no reader can see it reused.
+type body struct {
+	bytes.Reader
+	buf     []byte
+	closed  atomic.Bool
+	rewound atomic.Bool
+}
+
+var bodies = sync.Pool{New: func() any { return &body{buf: make([]byte, 0, recordSize)} }}
+
+func (b *body) Close() error {
+	b.closed.Store(true)
+	return nil
+}
+
+// rewind is the request's GetBody: a reader of its own over the message.
+func (b *body) rewind() (io.ReadCloser, error) {
+	b.rewound.Store(true)
+	return io.NopCloser(bytes.NewReader(b.buf)), nil
+}
+
+// recycle puts b back in bodies; the transport never had it.
+func (b *body) recycle() {
+	b.closed.Store(false)
+	b.buf = b.buf[:0]
+	b.Reset(nil)
+	bodies.Put(b)
+}
+
+// release recycles b after the transport had it, when nothing can read it
+// any more: the transport closed it and never asked for a copy.
+func (b *body) release() {
+	if b.closed.Load() && !b.rewound.Load() {
+		b.recycle()
+	}
 }
 
 // isBlocked reports a connection the dial-time address check refused: zero
@@ -311,35 +374,42 @@ type vapidCache struct {
 	now      func() time.Time
 
 	mu    sync.Mutex
-	byAud map[string]vapidHeader
+	byAud map[audience]vapidHeader
 }
 
 type vapidHeader struct {
-	value  string
+	value  []string // the Authorization header
 	minted time.Time
 }
 
-func (v *vapidCache) header(aud string) (string, error) {
+// audience is a push service origin, scheme and host[:port], the aud of
+// its JWT; kept apart so a lookup builds no string.
+type audience struct{ scheme, host string }
+
+func (v *vapidCache) header(scheme, host string) ([]string, error) {
 	now := v.now()
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if h, ok := v.byAud[aud]; ok && now.Sub(h.minted) < v.refresh && now.After(h.minted.Add(-time.Minute)) {
+	key := audience{scheme, host}
+	if h, ok := v.byAud[key]; ok && now.Sub(h.minted) < v.refresh && now.After(h.minted.Add(-time.Minute)) {
 		return h.value, nil
 	}
 	tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{
-		"aud": aud,
+		"aud": scheme + "://" + host,
 		"exp": now.Add(v.lifetime).Unix(),
 		"sub": v.subject,
 	})
 	s, err := tok.SignedString(v.key)
 	if err != nil {
-		return "", fmt.Errorf("sign vapid jwt: %w", err)
+		return nil, fmt.Errorf("sign vapid jwt: %w", err)
 	}
-	h := vapidHeader{value: "vapid t=" + s + ", k=" + v.pub, minted: now}
+	// One slice per audience, shared by every request's header (the
+	// transport only reads it).
+	h := vapidHeader{value: []string{"vapid t=" + s + ", k=" + v.pub}, minted: now}
 	if len(v.byAud) > 10_000 {
 		clear(v.byAud) // bounded: audiences are push services, a handful in practice
 	}
-	v.byAud[aud] = h
+	v.byAud[key] = h
 	return h.value, nil
 }
 

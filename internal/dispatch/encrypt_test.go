@@ -133,9 +133,11 @@ func BenchmarkRequest(b *testing.B) {
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := w.request(context.Background(), e, time.Hour); err != nil {
+			body := bodies.Get().(*body)
+			if _, err := w.request(context.Background(), e, time.Hour, body); err != nil {
 				b.Fatal(err)
 			}
+			body.recycle()
 		}
 	})
 	b.Run("webpush-go", func(b *testing.B) {

@@ -34,7 +34,7 @@ func TestRFC8291AppendixA(t *testing.T) {
 	if got := base64.RawURLEncoding.EncodeToString(as.PublicKey().Bytes()); got != asPublic {
 		t.Fatalf("sender public key %s, want the RFC's %s", got, asPublic)
 	}
-	body, err := seal([]byte(plaintext), b(uaPublic), b(auth), as, b(salt), len(plaintext)+1)
+	body, err := seal(nil, []byte(plaintext), b(uaPublic), nil, b(auth), as, b(salt), len(plaintext)+1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -162,9 +162,11 @@ func decode(value []byte, recordTime time.Time, rules Rules) (*Event, *Error) {
 	if ev.P256dh[0] != 4 {
 		return nil, invalid(fieldP256dh, "key is not an uncompressed P-256 point")
 	}
-	if _, err := ecdh.P256().NewPublicKey(ev.P256dh); err != nil {
+	k, err := ecdh.P256().NewPublicKey(ev.P256dh)
+	if err != nil {
 		return nil, invalid(fieldP256dh, "key is not a point on P-256")
 	}
+	ev.uaKey = k
 	if payloadLen > 0 {
 		ev.Payload = buf[P256dhLen+AuthLen:]
 		if w.PayloadB64.present() {

@@ -9,6 +9,7 @@
 package event
 
 import (
+	"crypto/ecdh"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -81,7 +82,12 @@ type Event struct {
 	App string
 
 	origin string
+	uaKey  *ecdh.PublicKey // P256dh parsed by Decode
 }
+
+// PublicKey returns P256dh as Decode parsed it, or nil for an Event built
+// otherwise.
+func (e *Event) PublicKey() *ecdh.PublicKey { return e.uaKey }
 
 // Origin returns the push service origin, scheme://host[:port], lower case
 // and without the default port: the key of a pacing lane.

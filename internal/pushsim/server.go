@@ -21,6 +21,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,6 +63,7 @@ type Server struct {
 	srv     *http.Server
 	mux     *http.ServeMux
 	pool    *x509.CertPool
+	certDER []byte // the self-signed certificate, when Config.TLS
 	limiter *limiter
 	faults  atomic.Pointer[Faults]
 	vapidK  []byte // cfg.VAPIDPublicKey decoded; nil accepts any key
@@ -135,7 +137,7 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.pool = pool
+		s.pool, s.certDER = pool, cert.Certificate[0]
 		s.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	return s, nil
@@ -213,6 +215,26 @@ func (s *Server) Close(ctx context.Context) error {
 
 // CertPool returns a pool trusting the self-signed certificate, or nil when Config.TLS is off.
 func (s *Server) CertPool() *x509.CertPool { return s.pool }
+
+// CertPEM returns the self-signed certificate in PEM, for clients in other processes
+// (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS), or nil when Config.TLS is off.
+func (s *Server) CertPEM() []byte {
+	if s.certDER == nil {
+		return nil
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.certDER})
+}
+
+// TLSConfig returns a copy of the server's TLS configuration, for serving Handler on a
+// listener of one's own; nil when Config.TLS is off. h2 is offered through ALPN.
+func (s *Server) TLSConfig() *tls.Config {
+	if s.srv.TLSConfig == nil {
+		return nil
+	}
+	c := s.srv.TLSConfig.Clone()
+	c.NextProtos = []string{"h2", "http/1.1"}
+	return c
+}
 
 // SetBaseURL sets the scheme://host[:port] that Subscribe mints endpoints under, e.g. an
 // httptest server's URL. A trailing slash is ignored.
