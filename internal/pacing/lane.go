@@ -88,13 +88,7 @@ type lane struct {
 	breaker   string
 	openUntil time.Time
 	paused    time.Time // until
-	// A short pause (maxHold at most) holds the lower tiers; tier 1 goes
-	// on at the rate cut with it (no debt), since the origin's allowance
-	// refills over the pause and nothing else spends it. A 429 to a send
-	// made during the pause makes it strict: tier 1 is held too, to its
-	// end. A longer pause is strict from the start.
-	pausedAt time.Time
-	strict   bool
+	pausedAt  time.Time // when the pause in force began
 	// What the origin is believed to have spared: see spareLocked.
 	spare    float64
 	spareAt  time.Time
@@ -147,7 +141,7 @@ func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time
 	defer l.mu.Unlock()
 	l.lastUsed = now
 	ti := req.Tier.Index()
-	if l.heldLocked(ti, now) && (ti > 0 || l.paused.Sub(now) > maxHold) {
+	if now.Before(l.paused) && (ti > 0 || l.paused.Sub(now) > maxHold) {
 		return nil, nil, l.paused
 	}
 	switch l.breaker {
@@ -167,7 +161,7 @@ func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time
 		return nil, &Slot{p: p, l: l, req: req, probe: true, granted: now}, time.Time{}
 	}
 	l.growLocked(p, now)
-	if l.aheadLocked(ti) == 0 && !l.heldLocked(ti, now) && l.inFlight < l.limitFor(ti, now) && l.retryAllowed(req.Retry, false) && l.tokenLocked(ti, now) {
+	if l.aheadLocked(ti) == 0 && !now.Before(l.paused) && l.inFlight < l.limitFor(ti, now) && l.retryAllowed(req.Retry, false) && l.tokenLocked(ti, now) {
 		return nil, l.grantLocked(p, req, now), time.Time{}
 	}
 	if l.waiting >= l.queueLimit() && (!l.slowStart || now.Sub(l.oldestLocked()) >= l.cfg.ShedAfter) {
@@ -192,27 +186,19 @@ func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time
 	return w, nil, time.Time{}
 }
 
-// heldLocked tells whether a pause holds tier index ti now: the lower
-// tiers for all of it, tier 1 only once a send made during it was
-// throttled (strict).
-func (l *lane) heldLocked(ti int, now time.Time) bool {
-	return now.Before(l.paused) && (ti > 0 || l.strict)
-}
-
 // pauseLocked pauses the origin until until (or longer, if it is).
 func (l *lane) pauseLocked(now, until time.Time) {
 	if !until.After(l.paused) {
 		return
 	}
 	if !now.Before(l.paused) {
-		l.pausedAt, l.strict = now, false
+		l.pausedAt = now
 		// The sends on their way spend the first of what the pause
 		// lets the origin save.
 		l.spareLocked(now)
 		l.spare = -float64(l.inFlight)
 	}
 	l.paused = until
-	l.strict = l.strict || until.Sub(now) > maxHold
 }
 
 // aheadLocked counts the requests waiting of tier index ti or a higher
@@ -279,14 +265,12 @@ const tier1Debt = 0.25
 const spareFor = 1.0
 
 // spareLocked brings up to date what the origin has spared: it earns
-// CutFactor of the ceiling per second (what the origin accepted when it
-// refused, less the margin the rate keeps), up to spareFor of that, and
-// every send spends one (grantLocked); a 429 shows it spent. So it saves
-// up over a pause or a lull, not while the rate is what holds sends back.
-// Nothing is known of it before the first cut, nor while peers share the
-// origin.
+// CutFactor of the ceiling (what the origin accepted when it refused, less
+// the margin the rate keeps) per second of a pause, the one time the
+// origin is sure to refill its allowance, up to spareFor of that; every
+// send spends one (grantLocked), a 429 shows it spent. Nothing is known of
+// it before the first cut, nor while peers share the origin.
 func (l *lane) spareLocked(now time.Time) float64 {
-	// Only a pause is sure to let the origin's allowance refill.
 	to, from := l.paused, l.spareAt
 	if now.Before(to) {
 		to = now
@@ -315,22 +299,21 @@ func (l *lane) burstLocked(now time.Time) bool {
 }
 
 // allowedLocked tells whether a send of tier index ti may take a token
-// now. The lower tiers need one there, and none during a pause. Tier 1 may
-// overdraw by tier1Debt of the rate, or by up to spareFor of the ceiling
-// while the origin has spared anything (spareLocked): a burst goes at once
-// on what the origin saved, and the lower tiers wait the debt out, so the
-// average stays the rate. During a pause it may draw on the spare only; in
-// slow start, when nothing is known of the origin yet, it is not held.
+// now (a pause holds every tier: see admit and wakeLocked). The lower
+// tiers need one there. Tier 1 may overdraw by tier1Debt of the rate, or
+// by up to spareFor of the ceiling while the origin has spared anything
+// (spareLocked) and tier 1 comes as a burst: it goes at once on what the
+// origin saved, and the lower tiers wait the debt out, so the average
+// stays the rate. In slow start, when nothing is known of the origin yet,
+// tier 1 is not held at all.
 func (l *lane) allowedLocked(ti int, now time.Time) bool {
 	switch {
 	case ti > 0:
-		return !now.Before(l.paused) && l.tokens >= 1
+		return l.tokens >= 1
 	case l.slowStart:
 		return true
 	case l.burstLocked(now) && l.spareLocked(now) >= 1 && l.tokens >= 1-l.ceiling*spareFor:
 		return true
-	case now.Before(l.paused):
-		return l.tokens >= 1
 	}
 	return l.tokens >= 1-max(1, l.rate*tier1Debt)
 }
@@ -344,7 +327,7 @@ func (l *lane) refillLocked(now time.Time) {
 }
 
 // tokenLocked takes a token for a send of tier index ti, or reports that
-// it must wait for one (floorLocked).
+// it must wait for one (allowedLocked).
 func (l *lane) tokenLocked(ti int, now time.Time) bool {
 	l.refillLocked(now)
 	if ti == 0 && l.slowStart {
@@ -491,7 +474,7 @@ func (l *lane) armLocked(now time.Time) {
 	}
 	var at time.Time
 	switch {
-	case l.heldLocked(0, now):
+	case now.Before(l.paused):
 		at = l.paused
 	case l.tokens < 1:
 		// Rounded up to whole milliseconds: a wait that rounds to zero
@@ -527,21 +510,13 @@ func (l *lane) armLocked(now time.Time) {
 // spareFor of the ceiling.
 func (l *lane) waitLocked(now time.Time) float64 {
 	until := func(level float64) float64 { return max(0, (level-l.tokens)/l.rate) }
-	wait := math.Inf(1)
-	if !now.Before(l.paused) && l.waiting > len(l.queues[0][0])+len(l.queues[0][1]) {
-		wait = until(1)
-	}
+	wait := until(1)
 	if len(l.queues[0][0])+len(l.queues[0][1]) == 0 || l.slowStart {
-		return min(wait, until(1))
+		return wait
 	}
-	debt := 1.0
-	if !now.Before(l.paused) {
-		debt = 1 - max(1, l.rate*tier1Debt)
-	}
-	wait = min(wait, until(debt))
-	if l.ceiling > 0 && l.burstLocked(now) {
-		spare := max(0, (1-l.spareLocked(now))/l.ceiling)
-		wait = min(wait, max(spare, until(1-l.ceiling*spareFor)))
+	wait = until(1 - max(1, l.rate*tier1Debt))
+	if l.ceiling > 0 && l.burstLocked(now) && l.spareLocked(now) >= 1 {
+		wait = min(wait, until(1-l.ceiling*spareFor))
 	}
 	return wait
 }
@@ -688,10 +663,6 @@ func (l *lane) done(s *Slot, r push.Result, throttled bool, now time.Time) (devi
 		return
 	}
 	l.recordLocked(s.granted, now, throttled, failed, s.safe)
-	if throttled && now.Before(l.paused) && !s.granted.Before(l.pausedAt) {
-		// The origin refuses even tier 1's trickle: it means its pause.
-		l.strict = true
-	}
 	if s.probe {
 		switch {
 		case throttled || failed:
@@ -1075,9 +1046,8 @@ func (l *lane) event(p *Pacer, e Event) {
 }
 
 // wakeLocked hands free slots to waiters. When the origin is halted every
-// waiter goes back to the ladder; when it is paused, all but tier 1 do:
-// tier 1 goes on at the rate, or, once the pause is strict, waits out a
-// short one.
+// waiter goes back to the ladder; when it is paused, all but tier 1 do
+// (tier 1 waits out a short pause).
 func (l *lane) wakeLocked(p *Pacer, now time.Time) {
 	if l.breaker != Closed {
 		for l.waiting > 0 {
@@ -1087,10 +1057,10 @@ func (l *lane) wakeLocked(p *Pacer, now time.Time) {
 		return
 	}
 	if now.Before(l.paused) {
-		// A strict pause longer than maxHold sends tier 1 back too (as in
-		// admit), rather than blocking its caller for all of it.
+		// Tier 1 waits out a short pause (as in admit); a longer one sends
+		// it back too, rather than blocking its caller for all of it.
 		keep := 0
-		if l.strict && l.paused.Sub(now) > maxHold {
+		if l.paused.Sub(now) > maxHold {
 			keep = -1
 		}
 		for {
@@ -1100,10 +1070,8 @@ func (l *lane) wakeLocked(p *Pacer, now time.Time) {
 			}
 			w.ch <- grant{until: l.paused}
 		}
-		if l.strict {
-			l.armLocked(now)
-			return
-		}
+		l.armLocked(now)
+		return
 	}
 	for l.waiting > 0 {
 		w := l.pickLocked(now)
