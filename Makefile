@@ -35,7 +35,7 @@ test: jaeger
 # grid's table and chart.
 test-pacing-grid:
 	$(GO) test -count=1 -timeout 10m -run '^(TestPacingGridKafka|TestTier1BehindFlood|TestBreaker)$$' ./internal/pipeline
-	$(GO) test -count=1 -timeout 10m -run '^TestGrid$$' ./internal/pacing $(if $(GRID_REPORT),-v -args -grid.report $(abspath $(GRID_REPORT)))
+	$(GO) test -count=1 -timeout 20m -run '^TestGrid$$' ./internal/pacing $(if $(GRID_REPORT),-v -args -grid.report $(abspath $(GRID_REPORT)))
 
 # Offline checks of the Dockerfile, docker-compose.yml and the Helm chart
 # (a separate module: Helm, client-go and compose-go stay out of this one).
