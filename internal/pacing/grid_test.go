@@ -74,6 +74,11 @@ type gridCase struct {
 	// changeAt, if set, multiplies the limit by changeBy at that second.
 	changeAt int
 	changeBy float64
+	// random429, if set, makes the origin unlimited but answer this share
+	// of sends 429 at random until recoverAt (a second; 0: never): a
+	// service that throttles whatever the rate.
+	random429 float64
+	recoverAt int
 }
 
 type gridSecond struct {
@@ -83,6 +88,11 @@ type gridSecond struct {
 
 type gridResult struct {
 	perSecond []gridSecond
+	// opened and closed are when the breaker opened and closed, on any
+	// processor, in seconds from the start.
+	opened, closed []float64
+	// events are the pacing events of every processor, for failures.
+	events []string
 }
 
 // measure sums seconds [from, to): 429 share, goodput per second, and the
@@ -165,11 +175,27 @@ func runGrid(t *testing.T, c gridCase) gridResult {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		o := &bucketOrigin{limit: c.limit, burst: c.limit, tokens: c.limit}
+		var mu sync.Mutex // guards res
+		sick := c.random429 > 0
 		pacers := make([]*pacing.Pacer, c.processors)
 		var bus sync.WaitGroup
 		for i := range pacers {
 			from := fmt.Sprint("p", i)
 			p, err := pacing.New(pacing.DefaultConfig(), pacing.WithObserver(func(e pacing.Event) {
+				mu.Lock()
+				res.events = append(res.events, fmt.Sprintf("%.3fs p%d %s rate=%.1f acc=%.1f share=%.3f", e.At.Sub(start).Seconds(), i, e.Kind, e.Estimate, e.Accepted, e.Rate))
+				mu.Unlock()
+				switch e.Kind {
+				case pacing.Open, pacing.Closed:
+					mu.Lock()
+					at := e.At.Sub(start).Seconds()
+					if e.Kind == pacing.Open {
+						res.opened = append(res.opened, at)
+					} else {
+						res.closed = append(res.closed, at)
+					}
+					mu.Unlock()
+				}
 				if os.Getenv("PACING_EVENTS") != "" {
 					t.Logf("%s p%d %s peer=%v rate=%.1f acc=%.1f share=%.3f limit=%d", e.At.Sub(start), i, e.Kind, e.Peer, e.Estimate, e.Accepted, e.Rate, e.Limit)
 				}
@@ -190,7 +216,6 @@ func runGrid(t *testing.T, c gridCase) gridResult {
 			}
 			pacers[i] = p
 		}
-		var mu sync.Mutex
 		res.perSecond = make([]gridSecond, c.seconds+1)
 		count := func(f func(*gridSecond)) {
 			mu.Lock()
@@ -222,7 +247,16 @@ func runGrid(t *testing.T, c gridCase) gridResult {
 							continue
 						}
 						count(func(s *gridSecond) { s.sent++ })
-						accepted := o.take()
+						var accepted bool
+						recovered := sick && c.recoverAt > 0 && time.Since(start) >= time.Duration(c.recoverAt)*time.Second
+						switch {
+						case recovered:
+							accepted = true
+						case sick:
+							accepted = rng.Float64() >= c.random429
+						default:
+							accepted = o.take()
+						}
 						jitter := time.Duration(rng.Int64N(int64(c.latency)/5 + 1))
 						time.Sleep(c.latency + jitter)
 						if accepted {
@@ -266,7 +300,7 @@ func runGrid(t *testing.T, c gridCase) gridResult {
 }
 
 // gridDraws is how many times each cell runs (TestGrid).
-var gridDraws = 3
+var gridDraws = flag.Int("grid.draws", 3, "how many times each cell of the grid runs")
 
 // median of xs (sorted in place).
 func median(xs []float64) float64 {
@@ -323,7 +357,7 @@ func TestGrid(t *testing.T) {
 			// the fake clock differs every run, and one run is one draw.
 			// The cell's figures are the median draw's; every draw is
 			// logged, and the table gives the worst beside the median.
-			runs := make([]gridResult, gridDraws)
+			runs := make([]gridResult, *gridDraws)
 			for i := range runs {
 				runs[i] = runGrid(t, cl.c)
 			}
@@ -342,7 +376,7 @@ func TestGrid(t *testing.T) {
 				fmt.Fprintf(&table, "| %s | %s | %d | %d–%d | %.2f%% (%.2f%%) | %.0f%% (%.0f%%) | %.2f× (%.2f×) |\n", strings.TrimSuffix(strings.TrimPrefix(cl.name, "limit="), "/"+strings.SplitN(cl.name, "/", 2)[1]),
 					cl.c.latency, cl.c.processors, from, to, 100*share, 100*slices.Max(shares), 100*goodput/limit, 100*slices.Min(goodputs)/limit, peak/limit, slices.Max(peaks)/limit)
 				t.Logf("median of %d draws, seconds %d-%d: 429 share %.2f%%, goodput %.0f/s (%.0f%% of %.0f), peak second %.0f (%.2f×)",
-					gridDraws, from, to, 100*share, goodput, 100*goodput/limit, limit, peak, peak/limit)
+					*gridDraws, from, to, 100*share, goodput, 100*goodput/limit, limit, peak, peak/limit)
 				if share >= 0.05 {
 					t.Errorf("429 share %.2f%%, want under 5%%", 100*share)
 				}
@@ -353,6 +387,13 @@ func TestGrid(t *testing.T) {
 				// draw a quarter of a second ahead of the rate.
 				if peak > 1.7*limit {
 					t.Errorf("a second carried %.0f sends, over 1.7× the limit %.0f", peak, limit)
+				}
+			}
+			for i, r := range runs {
+				// A limit's 429s follow the rate: they are cut and paused,
+				// never taken for a sick service.
+				if len(r.opened) > 0 {
+					t.Errorf("draw %d: the breaker opened at %v s; events:\n%s", i+1, r.opened, strings.Join(r.events, "\n"))
 				}
 			}
 			if verbose {
@@ -416,4 +457,56 @@ func writeGridReport(dir, table string, runs map[string]gridResult) error {
 	}
 	defer f.Close()
 	return benchplot.Chart{Title: "Pacing: the processors' rate estimate against the origin's limit", XLabel: "seconds", Panels: panels}.WriteSVG(f)
+}
+
+// TestBreakerOnRandom429s: a service that answers a share of sends 429 at
+// random, whatever the rate, until it recovers at 40 s. Above the halt
+// share (20%) the breaker opens inside the rolling minute and nothing is
+// sent while it is open; once the service recovers it closes and sending
+// comes back. At 10% nothing opens. Each case over several draws: one
+// draw is one order of the goroutines on the fake clock.
+func TestBreakerOnRandom429s(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a minute of fake time per draw")
+	}
+	for _, c := range []struct {
+		share      float64
+		processors int
+		wantOpen   bool
+	}{{0.30, 1, true}, {0.50, 1, true}, {0.30, 3, true}, {0.10, 1, false}} {
+		t.Run(fmt.Sprintf("share=%v/processors=%d", c.share, c.processors), func(t *testing.T) {
+			for draw := range 4 {
+				r := runGrid(t, gridCase{limit: 100, latency: 10 * time.Millisecond, processors: c.processors, window: 64,
+					seconds: 70, random429: c.share, recoverAt: 40})
+				t.Logf("draw %d: opened at %v, closed at %v", draw+1, r.opened, r.closed)
+				if os.Getenv("PACING_TIMELINE") != "" {
+					for s, ps := range r.perSecond {
+						t.Logf("t=%2d sent=%5d ok=%5d 429=%5d rate=%7.1f", s, ps.sent, ps.ok, ps.throttled, ps.rate)
+					}
+				}
+				if !c.wantOpen {
+					if len(r.opened) > 0 {
+						t.Errorf("draw %d: the breaker opened at %v s on %.0f%% random 429s, below the halt share", draw+1, r.opened, 100*c.share)
+					}
+					continue
+				}
+				if len(r.opened) == 0 || r.opened[0] > 60 {
+					t.Errorf("draw %d: the breaker did not open inside the minute (opened at %v); events:\n%s", draw+1, r.opened, strings.Join(r.events, "\n"))
+					continue
+				}
+				if len(r.closed) == 0 || r.opened[len(r.opened)-1] > r.closed[len(r.closed)-1] {
+					t.Errorf("draw %d: the breaker did not end closed after the service recovered at 40 s (opened %v, closed %v)", draw+1, r.opened, r.closed)
+				}
+				// Recovered, the origin is sent to again: at least the
+				// start rate (20/s) on average over the half minute left.
+				late := 0
+				for _, ps := range r.perSecond[40:] {
+					late += ps.ok
+				}
+				if late < 600 {
+					t.Errorf("draw %d: %d sends delivered after the service recovered at 40 s, want 600 at least; events:\n%s", draw+1, late, strings.Join(r.events, "\n"))
+				}
+			}
+		})
+	}
 }

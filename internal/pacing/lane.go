@@ -55,7 +55,13 @@ type tick struct {
 
 const (
 	tickSpan = 100 * time.Millisecond
-	ticks    = 30 // 3 s
+	// ticks is the span the accepted rate is estimated over.
+	ticks = 30 // 3 s
+	// keptTicks is how many ticks the lane keeps: decisions look back up
+	// to them for MinSamples answers, so that an origin answering a few
+	// sends a second (a rate cut far down by a service that throttles at
+	// random) is still judged.
+	keptTicks = 100 // 10 s
 	// judgeSpan is the least span decisions look at; they look further
 	// back, up to the ticks kept, until MinSamples answers are seen.
 	judgeSpan = 10 // ticks: 1 s
@@ -95,7 +101,7 @@ type lane struct {
 	t1Waited time.Time // when a tier-1 request last had to wait
 
 	seconds []second
-	ticks   [ticks]tick
+	ticks   [keptTicks]tick
 
 	// The controller.
 	rate       float64 // sends per second
@@ -111,6 +117,7 @@ type lane struct {
 	ceiling    float64   // what the origin accepted per second at the last cut
 	probeFrom  time.Time // when the origin first proved more than the ceiling
 	storms     int       // cuts and pauses in a row with no clean judgement
+	cutShare   float64   // the 429 share the last cut or pause answered
 	settled    time.Time // when slow start last ended
 	raisedAt   time.Time // the last "raise" event and the rate then
 	raisedFrom float64
@@ -380,7 +387,12 @@ func (l *lane) growLocked(p *Pacer, now time.Time) {
 	if !l.probeFrom.IsZero() {
 		g = min(g*math.Pow(2, 1+math.Floor(now.Sub(l.probeFrom).Seconds()/l.cfg.ProbeDouble.Seconds())), l.cfg.ProbeMax)
 	}
-	l.rate = min(l.rate*math.Pow(1+g, secs), l.probeCapLocked(now)*max(l.ceiling, l.fairLocked(now)), maxRate)
+	// A rate cut far below the start rate (by 429s that did not follow
+	// it) grows as if from half of it, and may probe up to it: else a few
+	// sends a second take minutes to prove more, one at a time, after the
+	// origin has recovered.
+	grown := l.rate + max(l.rate, l.cfg.StartRate/2)*(math.Pow(1+g, secs)-1)
+	l.rate = min(grown, max(l.probeCapLocked(now)*max(l.ceiling, l.fairLocked(now)), l.cfg.StartRate), maxRate)
 	if l.rate >= 1.2*l.raisedFrom && now.Sub(l.raisedAt) >= 2*time.Second {
 		l.raisedAt, l.raisedFrom = now, l.rate
 		l.event(p, Event{At: now, Kind: "raise"})
@@ -452,7 +464,7 @@ func (l *lane) grantedLocked(now time.Time) float64 {
 	at := now.UnixNano() / int64(tickSpan)
 	n := 0
 	for i := range int64(judgeSpan) {
-		if t := &l.ticks[int((at-i)%ticks+ticks)%ticks]; t.at == at-i {
+		if t := l.tickAt(at - i); t != nil {
 			n += t.granted
 		}
 	}
@@ -744,11 +756,20 @@ func (l *lane) recordLocked(granted, now time.Time, throttled, failed, safe bool
 
 func (l *lane) tickLocked(now time.Time) *tick {
 	at := now.UnixNano() / int64(tickSpan)
-	t := &l.ticks[int(at%ticks)]
+	t := &l.ticks[int(at%keptTicks)]
 	if t.at != at {
 		*t = tick{at: at}
 	}
 	return t
+}
+
+// tickAt is the tick at (in tenths of a second), or nil when none was
+// kept for it.
+func (l *lane) tickAt(at int64) *tick {
+	if t := &l.ticks[int((at%keptTicks+keptTicks)%keptTicks)]; t.at == at {
+		return t
+	}
+	return nil
 }
 
 // fresh is the evidence a decision is made on: the answers to sends
@@ -764,9 +785,8 @@ func (l *lane) freshLocked(now time.Time, want int) fresh {
 	at := now.UnixNano() / int64(tickSpan)
 	var f fresh
 	i := int64(0)
-	for ; i < ticks; i++ {
-		t := &l.ticks[int((at-i)%ticks+ticks)%ticks]
-		if t.at == at-i {
+	for ; i < keptTicks; i++ {
+		if t := l.tickAt(at - i); t != nil {
 			f.n, f.throttled, f.failed = f.n+t.freshN, f.throttled+t.freshThrottled, f.failed+t.freshFailed
 		}
 		if i+1 >= judgeSpan && f.n >= want {
@@ -797,8 +817,8 @@ func (l *lane) acceptedLocked(now time.Time) float64 {
 	all := 0
 	n, span := 0, 0
 	for i := range int64(ticks) {
-		t := &l.ticks[int((at-i)%ticks+ticks)%ticks]
-		if t.at != at-i {
+		t := l.tickAt(at - i)
+		if t == nil {
 			continue
 		}
 		accepted[i], throttled[i] = t.accepted, t.throttled
@@ -866,15 +886,39 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		// threshold must not end slow start far below its limit.
 		threshold += l.cfg.CutRate
 	}
-	// Cuts and pauses in a row with no clean judgement between them: a
-	// limit's 429s end after a cut or two; 429s that do not follow the
-	// rate never do.
-	if f.span >= judgeMin && share <= threshold {
+	// The breaker also opens on storms: cuts and pauses in a row, past
+	// HaltRate, that did not follow the rate. A limit's 429s end after a
+	// cut or two; 429s thrown at random never do. A clean judgement ends a
+	// run of storms; it is made on cleanSamples answers (on ten, a service
+	// throttling 30% at random looks clean one time in seven, on thirty one
+	// in thirty).
+	if c := l.freshLocked(now, cleanSamples*l.cfg.MinSamples); l.storms > 0 && c.n >= cleanSamples*l.cfg.MinSamples &&
+		c.span >= judgeMin && float64(c.throttled) <= threshold*float64(c.n) {
 		l.storms = 0
 	}
 	cut := aboveZ(f.throttled, f.n, threshold, l.z) && now.Sub(l.lastCut) >= l.cfg.CutCooldown
+	var stormy, held bool
+	var acc float64 // what the origin accepted: worked out only for a change
+	if storm || cut {
+		acc = l.acceptedLocked(now)
+		// A storm is judged past HaltRate on twice MinSamples where there
+		// are (on ten, 30% thrown at random reads 20% or less four times
+		// in ten, and 10% reads more than 20% one time in fifteen), and
+		// only once slow start has settled.
+		wide := l.freshLocked(now, 2*l.cfg.MinSamples)
+		stormy = float64(wide.throttled) > l.cfg.HaltRate*float64(wide.n) && now.Sub(l.settled) >= settleFor
+		// The last cut changed nothing: the rate has not grown past what
+		// the origin was seen to take (the ceiling), the share has not
+		// fallen, and the origin accepted less than was sent, as from a
+		// service refusing a share at random (after a pause refilled a
+		// limit's burst allowance it can read far above both, and there
+		// the cuts must go on). Cutting on would only starve the
+		// judgement of answers (a rate cut to a send a second takes ten
+		// seconds to judge): hold the rate while the storms add up.
+		held = stormy && acc > 0 && acc < l.rate && l.rate <= l.ceiling && share >= insensitive*l.cutShare
+	}
 	switch {
-	case (storm || cut) && l.storms >= maxStorms-1:
+	case stormy && l.storms >= maxStorms-1:
 		// The storms go on however far the rate is cut: these 429s do not
 		// follow the rate (a service throttling at random, or failing
 		// with 429s). Halt the origin; half-open probes decide, and it
@@ -882,21 +926,29 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		l.storms = 0
 		l.openLocked(p, now, share)
 	case storm:
-		if now.Sub(l.settled) >= settleFor {
+		if stormy {
 			l.storms++
 		}
 		until := now.Add(max(retryAfter, l.cfg.DefaultPause))
-		acc := l.acceptedLocked(now)
-		l.cutLocked(now, acc)
+		if held {
+			l.restartLocked(now)
+		} else {
+			l.cutLocked(now, acc)
+			l.cutShare = share
+		}
 		l.pauseLocked(now, until)
 		l.event(p, Event{At: now, Kind: "pause", Rate: share, Until: l.paused, Accepted: acc})
 		l.signalLocked(p, now, SignalPause, l.paused)
+	case cut && held:
+		l.storms++
+		l.restartLocked(now)
+		l.event(p, Event{At: now, Kind: "hold", Rate: share})
 	case cut:
-		if now.Sub(l.settled) >= settleFor {
+		if stormy {
 			l.storms++
 		}
-		acc := l.acceptedLocked(now)
 		l.cutLocked(now, acc)
+		l.cutShare = share
 		l.event(p, Event{At: now, Kind: "cut", Rate: share, Accepted: acc})
 		l.signalLocked(p, now, SignalCut, time.Time{})
 	}
@@ -909,6 +961,10 @@ const (
 	maxStorms = 4
 	settleFor = 5 * time.Second
 )
+
+// cleanSamples, in MinSamples, is how many answers a clean judgement,
+// which ends a run of storms, is made on.
+const cleanSamples = 3
 
 // judgeMin is the least span of answers a cut is judged on.
 const judgeMin = 250 * time.Millisecond
@@ -977,7 +1033,12 @@ func (l *lane) cutLocked(now time.Time, acc float64) {
 		l.settled = now
 	}
 	l.slowStart = false
-	l.tokens = min(l.tokens, 0)
+	// No more saved up; and what tier 1 overdrew is owed at the new rate
+	// for a second at most (spareFor): a debt run up on a ceiling that
+	// the cut shows too high would otherwise hold every tier back for
+	// many seconds (a random 429 storm froze a lane for 8 s on 62 sends
+	// at 6.3/s).
+	l.tokens = max(min(l.tokens, 0), -l.rate*spareFor)
 	l.restartLocked(now)
 }
 
@@ -1026,6 +1087,7 @@ func (l *lane) apply(p *Pacer, s Signal, now time.Time) {
 			l.event(p, Event{At: now, Kind: "peer"})
 		}
 	case SignalCut, SignalPause:
+		l.storms = max(l.storms, s.Storms)
 		if now.Sub(l.lastCut) >= l.holdAfterCut() {
 			l.cutLocked(now, l.acceptedLocked(now))
 			l.event(p, Event{At: now, Kind: "cut", Peer: true})
@@ -1048,7 +1110,7 @@ func (l *lane) apply(p *Pacer, s Signal, now time.Time) {
 // signalLocked tells the pacer's peers of a change (WithSignals).
 func (l *lane) signalLocked(p *Pacer, now time.Time, kind string, until time.Time) {
 	l.reported = now
-	p.signal(Signal{Origin: l.origin, At: now, Kind: kind, Rate: l.rate, Accepted: l.acceptedLocked(now), Until: until})
+	p.signal(Signal{Origin: l.origin, At: now, Kind: kind, Rate: l.rate, Accepted: l.acceptedLocked(now), Until: until, Storms: l.storms})
 }
 
 // event reports e for this lane, with the lane's figures after it.

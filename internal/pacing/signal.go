@@ -20,6 +20,10 @@ type Signal struct {
 	Accepted float64
 	// Until ends a pause or an open breaker.
 	Until time.Time
+	// Storms is the sender's count of cuts and pauses in a row whose 429s
+	// did not follow the rate; the count is the origin's, shared like its
+	// pauses, and the breaker opens when it reaches four.
+	Storms int
 }
 
 // Signal kinds.
@@ -41,7 +45,8 @@ const (
 // Apply takes a signal from another processor that sends to s.Origin:
 //   - a cut: this processor cuts too, to what the origin accepted from it
 //     (unless it cut within a round trip): the origin's limit is shared, and
-//     a cut by one alone would leave the others over their part of it;
+//     a cut by one alone would leave the others over their part of it; the
+//     storms it counted count here too;
 //   - a pause or an open breaker: the same holds here until s.Until;
 //   - a rate: remembered as the peer's part of the origin's rate; a lane
 //     still in slow start takes an equal part at once instead of probing

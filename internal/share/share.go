@@ -52,6 +52,7 @@ type record struct {
 	Rate     float64 `json:"rate"`
 	Accepted float64 `json:"accepted,omitempty"`
 	Until    int64   `json:"until_ms,omitempty"`
+	Storms   int     `json:"storms,omitempty"`
 }
 
 // queued bounds the signals waiting to be produced.
@@ -145,7 +146,7 @@ func (e *Exchange) produce(ctx context.Context) {
 		e.queue = nil
 		e.mu.Unlock()
 		for _, s := range batch {
-			r := record{From: e.cfg.From, Kind: s.Kind, At: s.At.UnixMilli(), Rate: s.Rate, Accepted: s.Accepted}
+			r := record{From: e.cfg.From, Kind: s.Kind, At: s.At.UnixMilli(), Rate: s.Rate, Accepted: s.Accepted, Storms: s.Storms}
 			if !s.Until.IsZero() {
 				r.Until = s.Until.UnixMilli()
 			}
@@ -172,7 +173,7 @@ func (e *Exchange) apply(rec *kgo.Record) {
 	if len(rec.Key) == 0 || json.Unmarshal(rec.Value, &r) != nil || r.From == e.cfg.From || r.Kind == "" {
 		return
 	}
-	s := pacing.Signal{Origin: string(rec.Key), From: r.From, Kind: r.Kind, At: time.UnixMilli(r.At), Rate: r.Rate, Accepted: r.Accepted}
+	s := pacing.Signal{Origin: string(rec.Key), From: r.From, Kind: r.Kind, At: time.UnixMilli(r.At), Rate: r.Rate, Accepted: r.Accepted, Storms: r.Storms}
 	if r.Until != 0 {
 		s.Until = time.UnixMilli(r.Until)
 	}
