@@ -84,12 +84,12 @@ func TestWindowResize(t *testing.T) {
 		t.Fatalf("%d started on 4 slots, want 4", len(f.started))
 	}
 	w.resize(2)
-	w.release()
-	w.release()
+	w.release(0)
+	w.release(0)
 	if len(f.started) != 4 || w.inUse() != 2 {
 		t.Fatalf("after shrinking to 2 and two releases: %d started, %d in use; want 4 and 2", len(f.started), w.inUse())
 	}
-	w.release()
+	w.release(0)
 	if len(f.started) != 5 || w.inUse() != 2 {
 		t.Fatalf("a release at the new size: %d started, %d in use; want 5 and 2", len(f.started), w.inUse())
 	}

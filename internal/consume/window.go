@@ -15,10 +15,14 @@ import (
 // class take turns, a record each.
 //
 // Half the slots are tier 1's (reserved): the lower tiers start records
-// only while more slots than that are free, so a burst of tier-1 records
-// that arrives while a flood of tier 3 fills the window (waiting for the
-// pacer, say) starts at once instead of behind the backlog, and within one
-// round trip to the push service rather than as its slots free.
+// only while more slots are free than tier 1 has yet to take of its half,
+// so a burst of tier-1 records that arrives while a flood of tier 3 fills
+// the window (waiting for the pacer, say) starts at once instead of behind
+// the backlog, and within one round trip to the push service rather than
+// as its slots free. In turn a quarter is the lower tiers' while they have
+// records waiting: tier-1 records held back by a throttled push service
+// (a 429 storm, a breaker) never take the last slots from tier 2 and 3
+// sending to healthy ones. A tier alone still takes every slot.
 //
 // Retries go first because they have a due time to keep and come only from
 // sends made a step earlier, so they cannot crowd first attempts out for
@@ -35,7 +39,9 @@ type window struct {
 	mu       sync.Mutex
 	size     int
 	free     int
-	reserved int                 // slots only tier 1 may take: size/reserveDiv
+	taken    [3]int              // slots taken, by tier
+	reserved int                 // tier 1's slots: size/reserveDiv
+	lower    int                 // the lower tiers' while they wait: size/lowerDiv
 	turns    [2]tiers.RoundRobin // {first, retry}
 	queues   [2][3][]*worker     // {first, retry} × tier; worker.inWindow
 	waiting  int
@@ -47,16 +53,44 @@ type window struct {
 // the partition has more ready. It must not block or call the window.
 func newWindow(size int, weights [3]int, start func(*worker) (started, more bool)) *window {
 	rr := tiers.NewRoundRobin(weights)
-	return &window{size: size, free: size, reserved: size / reserveDiv, turns: [2]tiers.RoundRobin{rr, rr}, start: start}
+	return &window{size: size, free: size, reserved: size / reserveDiv, lower: size / lowerDiv, turns: [2]tiers.RoundRobin{rr, rr}, start: start}
 }
 
-// reserveDiv: a window's size over the slots reserved for tier 1.
-const reserveDiv = 2
+// reserveDiv and lowerDiv: a window's size over the slots kept for tier 1,
+// and for the lower tiers while they wait.
+const (
+	reserveDiv = 2
+	lowerDiv   = 4
+)
 
 // mayStartLocked tells whether a record of tier index tier may take a
-// free slot now.
+// free slot now. Tier 1's reserve stays free for it as long as it does not
+// use it; beyond it, while tier 1 has records waiting, the lower tiers take
+// slots only up to their quarter, and tier 1 none of the last of that
+// quarter while they wait for it.
 func (w *window) mayStartLocked(tier int) bool {
-	return w.free > 0 && (tier == 0 || w.free > w.reserved)
+	lower := w.taken[1] + w.taken[2]
+	if tier > 0 {
+		return w.free > max(0, w.reserved-w.taken[0]) && (!w.waitingLocked(0) || lower < w.lower || w.free > w.reserved)
+	}
+	return w.free > 0 && (!w.waitingLocked(1, 2) || w.free > max(0, w.lower-lower))
+}
+
+// waitingLocked tells whether records of any of the tier indexes wait for
+// a slot.
+func (w *window) waitingLocked(idx ...int) bool {
+	for _, t := range idx {
+		if len(w.queues[0][t])+len(w.queues[1][t]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// takeLocked takes a free slot for a record of tier index tier.
+func (w *window) takeLocked(tier int) {
+	w.free--
+	w.taken[tier]++
 }
 
 // windowClass is the queue a partition waits in.
@@ -78,18 +112,19 @@ func (w *window) offer(ps *worker) {
 			w.mu.Unlock()
 			return
 		}
-		if retry, tier := windowClass(ps.src); !w.mayStartLocked(tier) {
+		retry, tier := windowClass(ps.src)
+		if !w.mayStartLocked(tier) {
 			w.queues[retry][tier] = append(w.queues[retry][tier], ps)
 			ps.inWindow = true
 			w.waiting++
 			w.mu.Unlock()
 			return
 		}
-		w.free-- // free slots mean nobody waits: release hands them over
+		w.takeLocked(tier)
 		w.mu.Unlock()
 		started, more := w.start(ps)
 		if !started {
-			w.release()
+			w.release(tier)
 			return
 		}
 		if !more {
@@ -98,19 +133,30 @@ func (w *window) offer(ps *worker) {
 	}
 }
 
-// release gives a slot back: it starts the next record of the partition
-// whose turn it is, or keeps the slot free when none waits or the window
-// has shrunk below the slots in use.
-func (w *window) release() {
+// release gives back a slot a record of tier index tier held, and hands
+// it on (hand).
+func (w *window) release(tier int) {
+	w.mu.Lock()
+	w.free++
+	w.taken[tier]--
+	w.mu.Unlock()
+	w.hand()
+}
+
+// hand starts the next record of the partition whose turn it is on a free
+// slot, or keeps the slot free when none may start (nobody waits, or the
+// window has shrunk below the slots in use). A partition that has nothing
+// to start when its turn comes (handed back) passes the slot on.
+func (w *window) hand() {
 	for {
 		w.mu.Lock()
-		w.free++
 		ps := w.pickLocked()
 		if ps == nil {
 			w.mu.Unlock()
 			return
 		}
-		w.free--
+		_, tier := windowClass(ps.src)
+		w.takeLocked(tier)
 		ps.inWindow = false
 		w.mu.Unlock()
 		started, more := w.start(ps)
@@ -120,6 +166,10 @@ func (w *window) release() {
 		if started {
 			return
 		}
+		w.mu.Lock()
+		w.free++
+		w.taken[tier]--
+		w.mu.Unlock()
 	}
 }
 
@@ -162,12 +212,10 @@ func (w *window) limit() int {
 func (w *window) resize(size int) {
 	w.mu.Lock()
 	grow := size - w.size
-	w.size, w.reserved = size, size/reserveDiv
-	if grow < 0 {
-		w.free += grow
-	}
+	w.size, w.reserved, w.lower = size, size/reserveDiv, size/lowerDiv
+	w.free += grow
 	w.mu.Unlock()
 	for range grow {
-		w.release()
+		w.hand()
 	}
 }

@@ -54,7 +54,7 @@ func grantOrder(t *testing.T, weights [3]int, ws []windowWaiter) []windowWaiter 
 		t.Fatalf("%d records started on a window of one slot, want 1", len(f.started))
 	}
 	for range ws {
-		w.release() // the releasing goroutine starts the next record
+		w.release(f.started[len(f.started)-1].src.Tier.Index()) // the releasing goroutine starts the next record
 	}
 	var got []windowWaiter
 	for _, ps := range f.started[1:] {
@@ -120,14 +120,14 @@ func TestWindowTurns(t *testing.T) {
 		t.Fatalf("started %d records before any release, want a's two", len(f.started))
 	}
 	for range 5 {
-		w.release()
+		w.release(0)
 	}
 	want := []*worker{a, a, a, b, a, b, b}
 	if !slices.Equal(f.started, want) {
 		t.Errorf("start order is not a, a, then turns a, b, a, b, b")
 	}
-	w.release()
-	w.release()
+	w.release(0)
+	w.release(0)
 	if n := w.inUse(); n != 0 {
 		t.Errorf("inUse = %d with nothing started, want 0", n)
 	}
@@ -144,11 +144,11 @@ func TestWindowHandedBack(t *testing.T) {
 	w.offer(gone)
 	w.offer(next)
 	gone.closing = true
-	w.release()
+	w.release(0)
 	if got := f.started[len(f.started)-1]; got != next {
 		t.Fatal("the slot did not pass to the next partition")
 	}
-	w.release()
+	w.release(2)
 	if n := w.inUse(); n != 0 {
 		t.Fatalf("inUse = %d with nothing held, want 0", n)
 	}
@@ -179,18 +179,42 @@ func TestWindowReservesForTier1(t *testing.T) {
 		t.Fatalf("tier 1 did not start at once on the reserved slots: %d more started", len(got))
 	}
 	// A tier-3 slot frees: tier 1's fifth record goes first.
-	w.release()
+	w.release(2)
 	if got := f.started[len(f.started)-1]; got != urgent {
 		t.Errorf("the freed slot went to %v, want tier 1", got.src)
 	}
 	// Tier 1 is done: its slots go back to the lower tiers, retries first.
 	for range 5 {
-		w.release()
+		w.release(0)
 	}
 	if got := w.inUse(); got != 4 {
 		t.Errorf("%d slots in use after tier 1 left, want the 4 of the lower tiers", got)
 	}
 	if got := f.started[len(f.started)-1]; got != retry3 {
 		t.Errorf("tier 1's freed slot went to %v, want the tier-3 retry", got.src)
+	}
+}
+
+// TestWindowKeepsLowerTiersGoing: tier-1 records held in flight (a push
+// service throttling them) fill the window; a lower tier that waits still
+// gets a quarter of it as slots free, and tier 1 takes the rest again.
+func TestWindowKeepsLowerTiersGoing(t *testing.T) {
+	w, f := newFakeWindow(8, [3]int{6, 3, 1})
+	stuck := f.partition(windowWaiter{1, 0}, 100) // tier-1 retries, always ready
+	w.offer(stuck)
+	if got := w.inUse(); got != 8 {
+		t.Fatalf("tier 1 alone took %d of 8 slots, want all", got)
+	}
+	healthy := f.partition(windowWaiter{0, 1}, 100)
+	w.offer(healthy)
+	for range 8 {
+		w.release(0)
+	}
+	var got [3]int
+	for _, ps := range f.started[8:] {
+		got[ps.src.Tier.Index()]++
+	}
+	if got[1] != 2 || got[0] != 6 {
+		t.Errorf("eight tier-1 slots freed went %v by tier, want tier 2 its quarter (2) and tier 1 the rest", got)
 	}
 }

@@ -270,7 +270,7 @@ func (c *Consumer) startOne(w *worker) (started, more bool) {
 func (w *worker) handle(t *task) {
 	defer w.c.records.Done()
 	defer w.records.Done()
-	defer w.c.window.release()
+	defer w.c.window.release(w.src.Tier.Index())
 	r := t.e.Record
 	if w.src.Retry {
 		w.c.notePickup(t, w.c.cfg.Now())
