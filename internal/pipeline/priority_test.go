@@ -19,7 +19,7 @@ import (
 
 // TestTier1BehindFlood: 12,000 tier-3 events produced at once to one push
 // service that allows 400 requests/s, and 300 tier-1 events at once with
-// them or 3 s later, at 5, 20 and 100 ms per push. Tier 1 goes ahead of the
+// them or 3 s later, at 5, 20, 50 and 100 ms per push. Tier 1 goes ahead of the
 // backlog from the flood's first second: its p99 from production to
 // delivery stays under 250 ms, and none of it is throttled.
 func TestTier1BehindFlood(t *testing.T) {
@@ -33,14 +33,17 @@ func TestTier1BehindFlood(t *testing.T) {
 		after, latency time.Duration
 		gap            string
 	}{
-		{0, 20 * time.Millisecond, ""}, {3 * time.Second, 20 * time.Millisecond, ""},
 		{0, 5 * time.Millisecond, ""}, {3 * time.Second, 5 * time.Millisecond, ""},
+		{0, 20 * time.Millisecond, ""}, {3 * time.Second, 20 * time.Millisecond, ""},
+		{0, 50 * time.Millisecond, ""}, {3 * time.Second, 50 * time.Millisecond, ""},
 		{0, 100 * time.Millisecond, ""},
 		// At 100 ms per push, slow start's pause ends just as tier 1
-		// arrives: what the origin saved over the pause, less the sends
-		// still on their way, covers ~270 of the 300, and the rest wait
-		// for the rate's debt to clear: p99 0.94 s. Open in the pacing
-		// issue.
+		// arrives, and tier 1 that queued through the pause counts as a
+		// backlog: a debt of a quarter second of the rate goes at once
+		// and the rest waits for tokens, p99 0.94 s. Counting it as a
+		// burst instead let the grid's steady tier 1 spend the spare
+		// after every pause (20 req/s: a pause a second, 40% 429s).
+		// Open in the pacing issue.
 		{3 * time.Second, 100 * time.Millisecond, "known gap: p99 0.94 s when slow start's pause ends as tier 1 arrives at 100 ms per push"},
 	} {
 		t.Run(fmt.Sprintf("tier 1 %s after the flood, %s", c.after, c.latency), func(t *testing.T) {
