@@ -52,6 +52,8 @@ type config struct {
 	Processor   string
 	Profile     string
 	DEvents     int
+	// DX shapes scenario dx, a rate-limited origin of the user's own.
+	DX          originShape
 	RSSEvents   int
 	RSSHold     time.Duration
 	VerifyEvery int
@@ -88,6 +90,7 @@ func defaultConfig() config {
 		Out:            "bench/results",
 		Charts:         "docs/img",
 		DEvents:        30_000,
+		DX:             originShape{Limit: 200, Latency: 100 * time.Millisecond, Processors: 1},
 		RSSHold:        70 * time.Second,
 		VerifyEvery:    50,
 		PushTLS:        true,
@@ -101,7 +104,7 @@ func defaultConfig() config {
 
 func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Events, "events", c.Events, "events per scenario (a, b, c)")
-	fs.Func("scenario", "scenarios to run, comma separated: a (all succeed), b (50 ms per push), c (ledger failure mix), d (rate-limited origin), d100 (100 req/s at 20 ms), d3 (3 processors sharing 300 req/s), e (RSS with every event waiting in retry steps), or all (default all)", func(v string) error {
+	fs.Func("scenario", "scenarios to run, comma separated: a (all succeed), b (50 ms per push), c (ledger failure mix), d (rate-limited origin), d100 (100 req/s at 20 ms), d3 (3 processors sharing 300 req/s), e (RSS with every event waiting in retry steps), or all (default all); also dx, a rate-limited origin shaped by --dx-limit, --dx-latency and --dx-processors", func(v string) error {
 		c.Scenarios = strings.Split(v, ",")
 		return nil
 	})
@@ -115,6 +118,9 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Processor, "processor", c.Processor, "processor binary (default: go build ./cmd/processor into a temp dir)")
 	fs.StringVar(&c.Profile, "profile", c.Profile, "directory for CPU and heap profiles of the processor (adds profiling overhead; empty: none)")
 	fs.IntVar(&c.DEvents, "d-events", c.DEvents, "events of scenario d, offered at 2,000/s")
+	fs.Float64Var(&c.DX.Limit, "dx-limit", c.DX.Limit, "scenario dx: the origin's limit, requests/s (one second of burst, 429 with Retry-After: 1 above it)")
+	fs.DurationVar(&c.DX.Latency, "dx-latency", c.DX.Latency, "scenario dx: time per push (±20% jitter)")
+	fs.IntVar(&c.DX.Processors, "dx-processors", c.DX.Processors, "scenario dx: processors in the group, sharing the origin's limit")
 	fs.IntVar(&c.RSSEvents, "rss-events", c.RSSEvents, "events of scenario e (default: --events)")
 	fs.DurationVar(&c.RSSHold, "rss-hold", c.RSSHold, "how long scenario e samples RSS once every event waits in a retry step")
 	fs.IntVar(&c.VerifyEvery, "verify-every", c.VerifyEvery, "the simulator decrypts and verifies 1 request in N")
@@ -150,6 +156,15 @@ func (c *config) Validate() error {
 	if c.DEvents < 1 {
 		errs = append(errs, fmt.Errorf("--d-events: %d, want at least 1", c.DEvents))
 	}
+	if c.DX.Limit < 1 || c.DX.Limit > 100_000 {
+		errs = append(errs, fmt.Errorf("--dx-limit: %g, want 1..100000 requests/s", c.DX.Limit))
+	}
+	if c.DX.Latency < 0 || c.DX.Latency > 10*time.Second {
+		errs = append(errs, fmt.Errorf("--dx-latency: %s, want 0..10s", c.DX.Latency))
+	}
+	if c.DX.Processors < 1 || c.DX.Processors > 16 {
+		errs = append(errs, fmt.Errorf("--dx-processors: %d, want 1..16", c.DX.Processors))
+	}
 	if c.RSSEvents < 0 {
 		errs = append(errs, fmt.Errorf("--rss-events: %d, want at least 0", c.RSSEvents))
 	}
@@ -180,10 +195,10 @@ func (c *config) Validate() error {
 		switch {
 		case s == "all":
 			names = append(names, allScenarios...)
-		case slices.Contains(allScenarios, s):
+		case slices.Contains(allScenarios, s) || s == "dx":
 			names = append(names, s)
 		default:
-			errs = append(errs, fmt.Errorf("--scenario: %q, want a, b, c, d, d100, d3, e or all", s))
+			errs = append(errs, fmt.Errorf("--scenario: %q, want a, b, c, d, d100, d3, dx, e or all", s))
 		}
 	}
 	slices.Sort(names)

@@ -349,7 +349,7 @@ func (res *Result) check() {
 		add("≤ 100 allocations per event", fmt.Sprintf("%.0f", res.AllocsPerEvent), res.AllocsPerEvent <= 100)
 	case "b":
 		add(fmt.Sprintf("≥ 3,000 events/s at 50 ms per push (max-in-flight %d)", res.MaxInFlight), fmt.Sprintf("%.0f events/s", res.EventsPerSec), res.EventsPerSec >= 3000)
-	case "d", "d100", "d3":
+	case "d", "d100", "d3", "dx":
 		if f := res.RateLimited; f != nil {
 			add("429 share < 5% (steady state)", fmt.Sprintf("%.2f%%", 100*f.Share429), f.Share429 < 0.05)
 			add("goodput ≥ 90% of the limit (steady state)", fmt.Sprintf("%.0f/s of %.0f/s", f.GoodputPerSec, f.LimitPerSec), f.GoodputPerSec >= 0.9*f.LimitPerSec)

@@ -64,12 +64,29 @@ func scenarioNamed(name string, cfg config) scenario {
 				c.RateLimit, c.Burst, c.RetryAfter = 300, 300, 1
 				c.Latency, c.LatencyJitter = 50*time.Millisecond, 10*time.Millisecond
 			}}
+	case "dx":
+		// A rate-limited origin of the user's own, offered four times its
+		// limit for 30 s, judged like d from 10 s.
+		o := cfg.DX
+		return scenario{Name: "dx", Title: fmt.Sprintf("%d processor(s), one rate-limited origin (%g req/s, %s), %g events/s offered", o.Processors, o.Limit, o.Latency, 4*o.Limit),
+			Events: int(4 * o.Limit * 30), Offered: 4 * o.Limit, Processors: o.Processors,
+			Sim: func(c *pushsim.Config) {
+				c.RateLimit, c.Burst, c.RetryAfter = o.Limit, 0, 1 // a second of burst
+				c.Latency, c.LatencyJitter = o.Latency, o.Latency/5
+			}}
 	case "e":
 		return scenario{Name: "e", Title: fmt.Sprintf("RSS with %d events waiting in retry steps (every push answers 503)", cfg.RSSEvents),
 			Events: cfg.RSSEvents, HoldRSS: true,
 			Sim: func(c *pushsim.Config) { c.Fail503 = 1 }}
 	}
 	panic("unknown scenario " + name) // Validate lets none through
+}
+
+// originShape is scenario dx's push service and group.
+type originShape struct {
+	Limit      float64 // requests/s
+	Latency    time.Duration
+	Processors int
 }
 
 // ledgerMix is the failure mix of the ledger test (pushsim.LedgerMix): the
