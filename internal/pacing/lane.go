@@ -98,6 +98,8 @@ type lane struct {
 	// What the origin is believed to have spared: see spareLocked.
 	spare    float64
 	spareAt  time.Time
+	spent    float64   // of the spare, by the tier-1 burst under way
+	spentAt  time.Time // when tier 1 last spent of it
 	t1Waited time.Time // when a tier-1 request last had to wait
 
 	seconds []second
@@ -182,7 +184,8 @@ func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time
 		victim.ch <- grant{}
 	}
 	l.seq++
-	if ti == 0 {
+	if ti == 0 && !now.Before(l.paused) {
+		// Held by the rate, not by a pause: a backlog of tier 1.
 		l.t1Waited = now
 	}
 	w := &waiter{ch: make(chan grant, 1), req: req, seq: l.seq, enq: now}
@@ -204,9 +207,20 @@ func (l *lane) pauseLocked(now, until time.Time) {
 		// lets the origin save.
 		l.spareLocked(now)
 		l.spare = -float64(l.inFlight)
+		if now.Sub(l.spentAt) < sparedAgain {
+			// A storm that follows a tier-1 burst on the spare: the
+			// spare was not the origin's to give. Nothing is saved over
+			// this pause, else burst, storm and pause feed each other
+			// (at 20 req/s, a pause a second and 40% 429s).
+			l.spare = math.Inf(-1)
+		}
 	}
 	l.paused = until
 }
+
+// sparedAgain: a pause within this of a tier-1 burst on the spare saves
+// nothing up.
+const sparedAgain = 5 * time.Second
 
 // queueLimit is how many requests may wait: QueueLimit, or what the rate
 // sends in shedSpan when that is more. A request that would wait longer
@@ -287,11 +301,24 @@ func (l *lane) spareLocked(now time.Time) float64 {
 }
 
 // burstLocked tells whether tier 1 arrives as a burst, not a backlog: no
-// tier-1 request has had to wait for a token in the last second. A
-// backlog of tier 1 is held to the rate (and its debt) like any other;
-// only a burst draws on what the origin spared.
+// tier-1 request has had to wait for the rate in the last second, a pause
+// since not counted (tier 1 that queued through a pause was a backlog if
+// it waited for the rate before it). A backlog of tier 1 is held to the
+// rate (and its debt) like any other; only a burst draws on what the
+// origin spared.
 func (l *lane) burstLocked(now time.Time) bool {
-	return now.Sub(l.t1Waited) >= time.Second
+	quiet := now.Sub(l.t1Waited)
+	from, to := l.pausedAt, l.paused
+	if l.t1Waited.After(from) {
+		from = l.t1Waited
+	}
+	if now.Before(to) {
+		to = now
+	}
+	if to.After(from) {
+		quiet -= to.Sub(from)
+	}
+	return quiet >= time.Second
 }
 
 // allowedLocked tells whether a send of tier index ti may take a token
@@ -311,7 +338,7 @@ func (l *lane) allowedLocked(ti int, now time.Time) bool {
 	case l.burstLocked(now) && l.spareLocked(now) >= 1 && l.tokens >= 1-l.ceiling*spareFor:
 		return true
 	}
-	return l.tokens >= 1-max(1, l.rate*tier1Debt)
+	return l.tokens >= 1-l.spent-max(1, l.rate*tier1Debt)
 }
 
 // refillLocked adds the tokens earned since the last refill.
@@ -320,6 +347,10 @@ func (l *lane) refillLocked(now time.Time) {
 		l.tokens = min(l.tokens+l.rate*d.Seconds(), max(1, l.rate*burstFor))
 	}
 	l.tokAt = now
+	if l.tokens >= 0 {
+		// The burst's debt is paid back.
+		l.spent = 0
+	}
 }
 
 // tokenLocked takes a token for a send of tier index ti, or reports that
@@ -534,7 +565,7 @@ func (l *lane) waitLocked(now time.Time) float64 {
 	if len(l.queues[0][0])+len(l.queues[0][1]) == 0 || l.slowStart {
 		return wait
 	}
-	wait = until(1 - max(1, l.rate*tier1Debt))
+	wait = until(1 - l.spent - max(1, l.rate*tier1Debt))
 	if l.ceiling > 0 && l.burstLocked(now) && l.spareLocked(now) >= 1 {
 		wait = min(wait, until(1-l.ceiling*spareFor))
 	}
@@ -574,6 +605,13 @@ func (l *lane) retryAllowed(retry, firstsWaiting bool) bool {
 func (l *lane) grantLocked(p *Pacer, req Request, now time.Time) *Slot {
 	l.tickLocked(now).granted++
 	if l.spareLocked(now) > 0 {
+		if req.Tier.Index() == 0 && l.spare >= 1 && l.burstLocked(now) {
+			// Tier 1's debt after a burst counts from what it spent of
+			// the spare: the burst's last sends, beyond the spare, go at
+			// once too.
+			l.spent++
+			l.spentAt = now
+		}
 		l.spare = max(l.spare-1, 0)
 	}
 	l.inFlight++
@@ -907,15 +945,16 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		// only once slow start has settled.
 		wide := l.freshLocked(now, 2*l.cfg.MinSamples)
 		stormy = float64(wide.throttled) > l.cfg.HaltRate*float64(wide.n) && now.Sub(l.settled) >= settleFor
-		// The last cut changed nothing: the rate has not grown past what
-		// the origin was seen to take (the ceiling), the share has not
-		// fallen, and the origin accepted less than was sent, as from a
+		// The last cut, itself a storm's, changed nothing: the rate has
+		// not grown past what the origin was seen to take (the ceiling),
+		// the share has not fallen, and the origin accepted less than was
+		// sent, as from a
 		// service refusing a share at random (after a pause refilled a
 		// limit's burst allowance it can read far above both, and there
 		// the cuts must go on). Cutting on would only starve the
 		// judgement of answers (a rate cut to a send a second takes ten
 		// seconds to judge): hold the rate while the storms add up.
-		held = stormy && acc > 0 && acc < l.rate && l.rate <= l.ceiling && share >= insensitive*l.cutShare
+		held = stormy && l.storms > 0 && acc > 0 && acc < l.rate && l.rate <= l.ceiling && share >= insensitive*l.cutShare
 	}
 	switch {
 	case stormy && l.storms >= maxStorms-1:
