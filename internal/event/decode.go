@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/ecdh"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"net/url"
 	"strconv"
@@ -15,38 +14,39 @@ import (
 	"github.com/tierpush/tierpush/internal/netguard"
 )
 
-// rawValue captures a JSON value as it appears in the input, so Decode can
-// tell absent from empty, check types itself and decode base64 without an
+// rawValue is a JSON value as it appears in the input, so Decode can tell
+// absent from empty, check types itself and decode base64 without an
 // intermediate string. It aliases the input and must not outlive Decode.
 type rawValue []byte
-
-func (r *rawValue) UnmarshalJSON(b []byte) error {
-	*r = b
-	return nil
-}
 
 // present reports whether the field was given and not null.
 func (r rawValue) present() bool {
 	return len(r) > 0 && string(r) != "null"
 }
 
-// wire is the JSON shape of an event (docs/design.md, "Event").
+// wire is the JSON shape of an event (docs/design.md, "Event"), as parse
+// fills it. The tags name the keys for encoding/json, which the tests hold
+// parse to.
 type wire struct {
-	ID           rawValue `json:"id"`
-	Subscription struct {
-		Endpoint rawValue `json:"endpoint"`
-		Keys     struct {
-			P256dh rawValue `json:"p256dh"`
-			Auth   rawValue `json:"auth"`
-		} `json:"keys"`
-	} `json:"subscription"`
-	Payload    rawValue `json:"payload"`
-	PayloadB64 rawValue `json:"payload_b64"`
-	TTL        rawValue `json:"ttl"`
-	Urgency    rawValue `json:"urgency"`
-	Topic      rawValue `json:"topic"`
-	CreatedAt  rawValue `json:"created_at"`
-	App        rawValue `json:"app"`
+	ID           rawValue         `json:"id"`
+	Subscription wireSubscription `json:"subscription"`
+	Payload      rawValue         `json:"payload"`
+	PayloadB64   rawValue         `json:"payload_b64"`
+	TTL          rawValue         `json:"ttl"`
+	Urgency      rawValue         `json:"urgency"`
+	Topic        rawValue         `json:"topic"`
+	CreatedAt    rawValue         `json:"created_at"`
+	App          rawValue         `json:"app"`
+}
+
+type wireSubscription struct {
+	Endpoint rawValue `json:"endpoint"`
+	Keys     wireKeys `json:"keys"`
+}
+
+type wireKeys struct {
+	P256dh rawValue `json:"p256dh"`
+	Auth   rawValue `json:"auth"`
 }
 
 // Field paths named in errors.
@@ -79,21 +79,33 @@ func Decode(value []byte, recordTime time.Time, rules Rules) (*Event, error) {
 }
 
 func decode(value []byte, recordTime time.Time, rules Rules) (*Event, *Error) {
-	switch {
-	case len(value) == 0:
-		return nil, invalid("", "event is empty")
-	case len(value) > MaxEventSize:
-		return nil, invalid("", "event is %d bytes, limit %d", len(value), MaxEventSize)
-	case !utf8.Valid(value):
-		return nil, invalid("", "event is not valid UTF-8")
-	case tooDeep(value, MaxDepth):
-		return nil, invalid("", "event nests deeper than %d", MaxDepth)
+	if e := precheck(value); e != nil {
+		return nil, e
 	}
 	var w wire
-	if err := json.Unmarshal(value, &w); err != nil {
-		return nil, jsonError(err)
+	if e := parse(value, &w); e != nil {
+		return nil, e
 	}
+	return fromWire(&w, recordTime, rules)
+}
 
+// precheck bounds the size and nesting of value before it is parsed.
+func precheck(value []byte) *Error {
+	switch {
+	case len(value) == 0:
+		return invalid("", "event is empty")
+	case len(value) > MaxEventSize:
+		return invalid("", "event is %d bytes, limit %d", len(value), MaxEventSize)
+	case !utf8.Valid(value):
+		return invalid("", "event is not valid UTF-8")
+	case tooDeep(value, MaxDepth):
+		return invalid("", "event nests deeper than %d", MaxDepth)
+	}
+	return nil
+}
+
+// fromWire checks the fields of w and builds the Event.
+func fromWire(w *wire, recordTime time.Time, rules Rules) (*Event, *Error) {
 	ev := &Event{}
 
 	idStr, e := stringField(w.ID, fieldID, true)
@@ -465,7 +477,7 @@ func base64URLAlphabet(b []byte) bool {
 }
 
 // tooDeep reports whether b nests objects and arrays deeper than max. It only
-// counts brackets outside strings; json.Unmarshal does the real validation.
+// counts brackets outside strings; parse does the real validation.
 func tooDeep(b []byte, max int) bool {
 	depth := 0
 	for i := 0; i < len(b); i++ {
@@ -497,19 +509,4 @@ func tooDeep(b []byte, max int) bool {
 		}
 	}
 	return false
-}
-
-// jsonError turns an encoding/json error into a *Error without quoting input.
-func jsonError(err error) *Error {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return invalid("", "malformed JSON at byte %d", se.Offset)
-	case errors.As(err, &te) && te.Field == "":
-		return invalid("", "event must be a JSON object")
-	case errors.As(err, &te):
-		return invalid(te.Field, "want a JSON object")
-	}
-	return invalid("", "malformed JSON")
 }
