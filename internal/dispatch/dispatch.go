@@ -456,10 +456,9 @@ type HTTPConfig struct {
 	TLS *TLSConfig
 	// MaxConnsPerHost bounds connections per push service; 0 = 512.
 	MaxConnsPerHost int
-	// SendTimeout is the sender's bound on one send (Config.Timeout): the
-	// client waits that long for response headers, and 5 s more for the
-	// whole exchange, so that the sender's bound is the one that counts.
-	// 0 = 10s.
+	// SendTimeout is the sender's bound on one send (Config.Timeout). The
+	// client's own Timeout is 5 s more, for callers of the client other
+	// than Send, so that the sender's bound is the one that counts. 0 = 10s.
 	SendTimeout time.Duration
 }
 
@@ -467,8 +466,10 @@ type HTTPConfig struct {
 const MaxResponseHeaderBytes = 16 << 10
 
 // NewHTTPClient returns the client every send shares: keep-alive, HTTP/2
-// over TLS, bounded connection, handshake and header timeouts, and headers
-// of at most MaxResponseHeaderBytes.
+// over TLS, bounded connection and handshake times, and headers of at most
+// MaxResponseHeaderBytes. There is no ResponseHeaderTimeout: Send's context
+// bounds the whole exchange, headers included, and the transport's timer
+// for it was one more timer per request.
 func NewHTTPClient(c HTTPConfig) *http.Client {
 	if c.DialContext == nil {
 		d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
@@ -488,7 +489,6 @@ func NewHTTPClient(c HTTPConfig) *http.Client {
 		MaxConnsPerHost:       c.MaxConnsPerHost,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   5 * time.Second,
-		ResponseHeaderTimeout: c.SendTimeout,
 		ExpectContinueTimeout: time.Second,
 		// A push service's answer has a few short headers. Go's default
 		// (10 MiB) would let a hostile endpoint make each of hundreds of
