@@ -238,7 +238,7 @@ func (w *WebPush) Signs(app string) bool {
 func (w *WebPush) Send(ctx context.Context, e *event.Event, ttl time.Duration) push.Result {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
 	defer cancel()
-	b := bodies.Get().(*body)
+	b := newBody()
 	req, err := w.request(ctx, e, ttl, b)
 	if err != nil {
 		b.recycle()
@@ -251,6 +251,7 @@ func (w *WebPush) Send(ctx context.Context, e *event.Event, ttl time.Duration) p
 		}
 		return Classify(0, nil, err, w.cfg.Now())
 	}
+	b.holders.Store(2) // Send and the transport
 	resp, err := w.rt.RoundTrip(req)
 	if err != nil {
 		b.release()
@@ -289,12 +290,12 @@ func (w *WebPush) request(ctx context.Context, e *event.Event, ttl time.Duration
 	if !ok {
 		return nil, errNoIdentity
 	}
-	msg, err := encryptTo(b.buf[:0], e.Payload, e.P256dh, e.PublicKey(), e.Auth)
+	msg, err := encryptTo(b.msg.buf[:0], e.Payload, e.P256dh, e.PublicKey(), e.Auth)
 	if err != nil {
 		return nil, err
 	}
-	b.buf = msg
-	b.Reset(msg)
+	b.msg.buf = msg
+	b.r.Reset(msg)
 	var req *http.Request
 	if u := e.EndpointURL; u != nil {
 		// Decode parsed and checked it: no second parse per send.
@@ -326,46 +327,85 @@ func (w *WebPush) request(ctx context.Context, e *event.Event, ttl time.Duration
 	return req, nil
 }
 
-// body is a request body over a recycled buffer of recordSize bytes: one
-// send allocated 4 KiB for its message, the largest share of the bytes the
-// processor allocated. The buffer goes back to bodies only once the
-// transport has closed the body and never asked for a second copy
-// (GetBody, on a retry of the request): no reader can see it reused.
+// body is the request body of one send, over a message buffer of
+// recordSize bytes from messages: one send allocated 4 KiB for its
+// message, the largest share of the bytes the processor allocated.
+//
+// The buffer goes back to messages once both Send and the transport are
+// done with the body (release, and the transport's Close), and only if the
+// transport never asked for a second copy (GetBody, on a retry of the
+// request). Whichever of the two is last recycles it: HTTP/2 closes a
+// request body on a goroutine of its own, mostly after Send has its answer,
+// so a check in Send alone recycled few buffers. A body once closed stays
+// closed and reads nothing, and Read and Close exclude each other: the
+// HTTP/2 writer may still be reading when the body is closed under it (a
+// stream aborted, or answered before its body was written), and no read
+// may reach a buffer another send has taken since.
 type body struct {
-	bytes.Reader
-	buf []byte
+	msg *message
+
+	mu     sync.Mutex
+	r      bytes.Reader // over msg.buf
+	closed bool
+
 	// drain reads what the push service answered, bounded (a field here
 	// rather than an io.LimitReader per send).
 	drain   io.LimitedReader
-	closed  atomic.Bool
+	holders atomic.Int32 // 2 while the transport has it; 0: recycle
 	rewound atomic.Bool
 }
 
-var bodies = sync.Pool{New: func() any { return &body{buf: make([]byte, 0, recordSize)} }}
+// message is a buffer of recordSize bytes for one encrypted message.
+type message struct{ buf []byte }
 
+var messages = sync.Pool{New: func() any { return &message{buf: make([]byte, 0, recordSize)} }}
+
+func newBody() *body { return &body{msg: messages.Get().(*message)} }
+
+// errBodyClosed is what a read of a closed body gets.
+var errBodyClosed = errors.New("push request body read after close")
+
+func (b *body) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, errBodyClosed
+	}
+	return b.r.Read(p)
+}
+
+// Close is the transport's: it is done with b.
 func (b *body) Close() error {
-	b.closed.Store(true)
+	b.mu.Lock()
+	first := !b.closed
+	b.closed = true
+	b.mu.Unlock()
+	if first {
+		b.drop()
+	}
 	return nil
 }
 
-// rewind is the request's GetBody: a reader of its own over the message.
+// rewind is the request's GetBody: a reader of its own over the message,
+// whose buffer is then never recycled.
 func (b *body) rewind() (io.ReadCloser, error) {
 	b.rewound.Store(true)
-	return io.NopCloser(bytes.NewReader(b.buf)), nil
+	return io.NopCloser(bytes.NewReader(b.msg.buf)), nil
 }
 
-// recycle puts b back in bodies; the transport never had it.
+// recycle puts b's buffer back in messages; nothing reads it any more.
 func (b *body) recycle() {
-	b.closed.Store(false)
-	b.buf = b.buf[:0]
-	b.Reset(nil)
-	bodies.Put(b)
+	b.msg.buf = b.msg.buf[:0]
+	messages.Put(b.msg)
 }
 
-// release recycles b after the transport had it, when nothing can read it
-// any more: the transport closed it and never asked for a copy.
-func (b *body) release() {
-	if b.closed.Load() && !b.rewound.Load() {
+// release is Send's: it is done with b after the transport had it.
+func (b *body) release() { b.drop() }
+
+// drop recycles b's buffer when the last of its holders lets go, unless a
+// copy of it was handed out.
+func (b *body) drop() {
+	if b.holders.Add(-1) == 0 && !b.rewound.Load() {
 		b.recycle()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"testing"
 	"time"
 
@@ -58,10 +59,24 @@ func BenchmarkSend(b *testing.B) {
 	if r := w.Send(ctx, e, time.Hour); r.Class != push.Delivered { // the connection, once
 		b.Fatalf("Send = %+v", r)
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if r := w.Send(ctx, e, time.Hour); r.Class != push.Delivered {
-			b.Fatalf("Send = %+v", r)
+	b.Run("one at a time", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if r := w.Send(ctx, e, time.Hour); r.Class != push.Delivered {
+				b.Fatalf("Send = %+v", r)
+			}
 		}
-	}
+	})
+	b.Run("64 at once", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(64 / runtime.GOMAXPROCS(0))
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if r := w.Send(ctx, e, time.Hour); r.Class != push.Delivered {
+					b.Errorf("Send = %+v", r)
+					return
+				}
+			}
+		})
+	})
 }
