@@ -175,7 +175,31 @@ type WebPush struct {
 	// bench a.
 	rt http.RoundTripper
 	// ids holds one JWT cache per identity, by app ("" is the default).
-	ids map[string]*vapidCache
+	ids  map[string]*vapidCache
+	ttls ttlValues
+}
+
+// ttlValues keeps the TTL header values of the last few TTLs sent, one per
+// residue of the seconds mod len: events sent close together have TTLs
+// within a few seconds of each other, and the value and its slice were two
+// allocations per send. Like the other shared header values, the
+// transport only reads them.
+type ttlValues [8]atomic.Pointer[ttlValue]
+
+type ttlValue struct {
+	secs int
+	v    []string
+}
+
+// value returns the TTL header value of secs.
+func (t *ttlValues) value(secs int) []string {
+	slot := &t[uint(secs)%uint(len(t))]
+	if v := slot.Load(); v != nil && v.secs == secs {
+		return v.v
+	}
+	v := &ttlValue{secs: secs, v: []string{strconv.Itoa(secs)}}
+	slot.Store(v)
+	return v.v
 }
 
 var _ Sender = (*WebPush)(nil)
@@ -315,7 +339,7 @@ func (w *WebPush) request(ctx context.Context, e *event.Event, ttl time.Duration
 	h := make(http.Header, 6)
 	h["Content-Encoding"] = hdrAES128GCM
 	h["Content-Type"] = hdrOctetStream
-	h["Ttl"] = []string{strconv.Itoa(secs)}
+	h["Ttl"] = w.ttls.value(secs)
 	if e.Topic != "" {
 		h["Topic"] = []string{e.Topic}
 	}
