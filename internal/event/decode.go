@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -121,9 +122,22 @@ func fromWire(w *wire, recordTime time.Time, rules Rules) (*Event, *Error) {
 	case !printable(id):
 		return nil, invalid(fieldID, "has a non-printable character")
 	}
-	ev.ID = string(id)
-
-	if e := ev.setEndpoint(w.Subscription.Endpoint, rules.Guard); e != nil {
+	epStr, e := stringField(w.Subscription.Endpoint, fieldEndpoint, true)
+	if e != nil {
+		return nil, e
+	}
+	ep := epStr.bytes()
+	if len(ep) == 0 {
+		return nil, invalid(fieldEndpoint, "is empty")
+	}
+	// The id and the endpoint share one allocation.
+	var sb strings.Builder
+	sb.Grow(len(id) + len(ep))
+	sb.Write(id)
+	sb.Write(ep)
+	s := sb.String()
+	ev.ID, ev.Endpoint = s[:len(id)], s[len(id):]
+	if e := ev.setEndpointURL(rules.Guard); e != nil {
 		return nil, e
 	}
 
@@ -236,16 +250,8 @@ func fromWire(w *wire, recordTime time.Time, rules Rules) (*Event, *Error) {
 	return ev, nil
 }
 
-func (ev *Event) setEndpoint(raw rawValue, guard *netguard.Policy) *Error {
-	str, e := stringField(raw, fieldEndpoint, true)
-	if e != nil {
-		return e
-	}
-	b := str.bytes()
-	if len(b) == 0 {
-		return invalid(fieldEndpoint, "is empty")
-	}
-	ev.Endpoint = string(b)
+// setEndpointURL parses and checks ev.Endpoint.
+func (ev *Event) setEndpointURL(guard *netguard.Policy) *Error {
 	if guard != nil {
 		u, err := guard.CheckEndpoint(ev.Endpoint)
 		if err != nil {
