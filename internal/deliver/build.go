@@ -29,7 +29,7 @@ func (h *Handler) retry(j *job, d topology.Decision) *kgo.Record {
 // terminal builds the records of an event's end: DLQ and outcome, or the
 // unsubscribe event and outcome, or the outcome alone.
 func (h *Handler) terminal(j *job, d topology.Decision) []*kgo.Record {
-	out := make([]*kgo.Record, 0, 2)
+	out := j.out[:0]
 	switch {
 	case d.Outcome == topology.OutcomeGone && j.res.Class == push.Gone && j.res.Status != 0:
 		out = append(out, goneRecord(h.gone, j.in.Record, j.ev, j.rep.Sub, j.meta.Status, j.dec.Now))
@@ -54,7 +54,8 @@ func (h *Handler) outcome(j *job, id, endpointHash string, d topology.Decision) 
 		latency, app = now.Sub(j.ev.CreatedAt), j.ev.App
 	}
 	tier := j.in.Source.Tier.String()
-	j.rep.Finish = &FinishInfo{Outcome: d.Outcome, Reason: d.Reason, Tier: tier, App: j.rep.App, Latency: latency}
+	j.finish = FinishInfo{Outcome: d.Outcome, Reason: d.Reason, Tier: tier, App: j.rep.App, Latency: latency}
+	j.rep.Finish = &j.finish
 	return outcomeRecord(h.outcomes, j.in.Record, j.meta, topology.OutcomeRecord{
 		ID: id, Outcome: string(d.Outcome), Reason: string(d.Reason), Status: j.meta.Status,
 		Attempts: j.meta.Attempt, Tier: tier, App: app, EndpointHash: endpointHash,
