@@ -67,7 +67,7 @@ func (w *worker) retryAfter(d time.Duration) bool {
 // produceAll produces rs and returns copies of those that failed.
 func (w *worker) produceAll(ctx context.Context, rs []*kgo.Record) (failed []*kgo.Record) {
 	a := acksPool.Get().(*acks)
-	a.w, a.ctx = w, ctx
+	a.w = w
 	a.left.Add(len(rs))
 	for _, o := range rs {
 		o.Context = ctx
@@ -75,8 +75,11 @@ func (w *worker) produceAll(ctx context.Context, rs []*kgo.Record) (failed []*kg
 	}
 	a.left.Wait()
 	failed = a.failed
-	a.w, a.ctx, a.failed = nil, nil, nil
+	a.w, a.failed = nil, nil
 	acksPool.Put(a)
+	for _, r := range failed {
+		r.Context = ctx
+	}
 	return failed
 }
 
@@ -86,7 +89,6 @@ func (w *worker) produceAll(ctx context.Context, rs []*kgo.Record) (failed []*kg
 // in bench a).
 type acks struct {
 	w       *worker
-	ctx     context.Context
 	left    sync.WaitGroup
 	mu      sync.Mutex
 	failed  []*kgo.Record
@@ -100,7 +102,7 @@ var acksPool = sync.Pool{New: func() any {
 }}
 
 // done is the promise of each record: a failed one is logged, counted and
-// copied to be produced again.
+// copied to be produced again (produceAll gives the copies its context).
 func (a *acks) done(r *kgo.Record, err error) {
 	defer a.left.Done()
 	if err == nil {
@@ -112,7 +114,7 @@ func (a *acks) done(r *kgo.Record, err error) {
 		w.c.log.Error("produce failed; trying again, the source record stays uncommitted", "topic", r.Topic, "source", w.topic, "partition", w.part, "err", err)
 	}
 	a.mu.Lock()
-	a.failed = append(a.failed, &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp, Context: a.ctx})
+	a.failed = append(a.failed, &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp})
 	a.mu.Unlock()
 }
 
