@@ -130,20 +130,9 @@ type job struct {
 	res  push.Result
 	rep  Report
 
-	// detached is the record's context without its cancellation, made
-	// once for both the send and the records produced (Delivery.Context).
-	detached context.Context
-	del      Delivery
-	finish   FinishInfo
-	out      [2]*kgo.Record
-}
-
-// detach returns j's context without its cancellation.
-func (j *job) detach(ctx context.Context) context.Context {
-	if j.detached == nil {
-		j.detached = context.WithoutCancel(ctx)
-	}
-	return j.detached
+	del    Delivery
+	finish FinishInfo
+	out    [2]*kgo.Record
 }
 
 // Handle decides what in leads to. It returns nil when ctx ended before
@@ -151,6 +140,9 @@ func (j *job) detach(ctx context.Context) context.Context {
 // owner handles it. Whatever else cannot be sent goes to the DLQ.
 func (h *Handler) Handle(ctx context.Context, in In) *Delivery {
 	ctx = h.tracer.Start(ctx, in.Record)
+	// The record's context without its cancellation, made once for the
+	// send and the records produced (Delivery.Context).
+	detached := context.WithoutCancel(ctx)
 	j := &job{in: in, now: h.cfg.Now()}
 	j.rep = Report{Tier: in.Source.Tier, Step: StepName(in.Source), Received: in.Received, Due: in.Due, PickedUp: j.now}
 	out, ok := h.verify(j)
@@ -159,7 +151,7 @@ func (h *Handler) Handle(ctx context.Context, in In) *Delivery {
 	}
 	if ok {
 		if out, ok = h.admit(ctx, j); ok {
-			h.send(ctx, j)
+			h.send(detached, j)
 			out = h.decide(j)
 		}
 	}
@@ -167,7 +159,7 @@ func (h *Handler) Handle(ctx context.Context, in In) *Delivery {
 		h.tracer.End(ctx, &j.rep)
 		return nil
 	}
-	j.del = Delivery{Records: out, Report: j.rep, ctx: ctx, detached: j.detach(ctx), h: h}
+	j.del = Delivery{Records: out, Report: j.rep, ctx: ctx, detached: detached, h: h}
 	return &j.del
 }
 
@@ -273,9 +265,10 @@ func (h *Handler) admit(ctx context.Context, j *job) (out []*kgo.Record, ok bool
 	return nil, true
 }
 
-// send sends the event on the slot admit got, if any. A send under way is
-// finished even when the partition is handed back meanwhile: its result
-// must be routed, or the next owner would send it again.
+// send sends the event on the slot admit got, if any. ctx is never
+// cancelled: a send under way is finished even when the partition is
+// handed back meanwhile, as its result must be routed, or the next owner
+// would send it again.
 func (h *Handler) send(ctx context.Context, j *job) {
 	if j.slot == nil {
 		return
@@ -285,7 +278,7 @@ func (h *Handler) send(ctx context.Context, j *job) {
 		ttl = j.dec.Deadline.Sub(j.now).Truncate(time.Second)
 	}
 	start := h.cfg.Now()
-	j.res = h.sender.Send(j.detach(ctx), j.ev, ttl)
+	j.res = h.sender.Send(ctx, j.ev, ttl)
 	j.slot.Done(j.res)
 	j.dec.Attempt = j.meta.Attempt + 1
 	j.dec.Now = h.cfg.Now()
