@@ -128,7 +128,7 @@ type job struct {
 	dec  topology.Input
 	slot *pacing.Slot // granted by admit: send now
 	res  push.Result
-	rep  Report
+	rep  *Report // &del.Report: written in place, not copied at the end
 
 	del    Delivery
 	finish FinishInfo
@@ -144,7 +144,8 @@ func (h *Handler) Handle(ctx context.Context, in In) *Delivery {
 	// send and the records produced (Delivery.Context).
 	detached := context.WithoutCancel(ctx)
 	j := &job{in: in, now: h.cfg.Now()}
-	j.rep = Report{Tier: in.Source.Tier, Step: StepName(in.Source), Received: in.Received, Due: in.Due, PickedUp: j.now}
+	j.rep = &j.del.Report
+	*j.rep = Report{Tier: in.Source.Tier, Step: StepName(in.Source), Received: in.Received, Due: in.Due, PickedUp: j.now}
 	out, ok := h.verify(j)
 	if ok {
 		out, ok = h.decode(j)
@@ -156,10 +157,10 @@ func (h *Handler) Handle(ctx context.Context, in In) *Delivery {
 		}
 	}
 	if out == nil && j.rep.Abandoned {
-		h.tracer.End(ctx, &j.rep)
+		h.tracer.End(ctx, j.rep)
 		return nil
 	}
-	j.del = Delivery{Records: out, Report: j.rep, ctx: ctx, detached: detached, h: h}
+	j.del.Records, j.del.ctx, j.del.detached, j.del.h = out, ctx, detached, h
 	return &j.del
 }
 
