@@ -255,3 +255,12 @@ func BenchmarkMetaHeaders(b *testing.B) {
 		dst = m.Headers(dst[:0])
 	}
 }
+
+// BenchmarkOriginOf is the push-origin of one consumed record.
+func BenchmarkOriginOf(b *testing.B) {
+	r := &kgo.Record{Topic: "push.tier1", Partition: 3, Offset: 1_234_567}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = OriginOf(r)
+	}
+}

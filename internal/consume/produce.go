@@ -66,29 +66,56 @@ func (w *worker) retryAfter(d time.Duration) bool {
 
 // produceAll produces rs and returns copies of those that failed.
 func (w *worker) produceAll(ctx context.Context, rs []*kgo.Record) (failed []*kgo.Record) {
-	var (
-		mu   sync.Mutex
-		left sync.WaitGroup
-	)
-	left.Add(len(rs))
+	a := acksPool.Get().(*acks)
+	a.w = w
+	a.left.Add(len(rs))
 	for _, o := range rs {
 		o.Context = ctx
-		w.cl.Produce(ctx, o, func(r *kgo.Record, err error) {
-			defer left.Done()
-			if err == nil {
-				return
-			}
-			w.c.produceFailures.Add(1)
-			if !errors.Is(err, kgo.ErrClientClosed) {
-				w.c.log.Error("produce failed; trying again, the source record stays uncommitted", "topic", r.Topic, "source", w.topic, "partition", w.part, "err", err)
-			}
-			mu.Lock()
-			failed = append(failed, &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp, Context: ctx})
-			mu.Unlock()
-		})
+		w.cl.Produce(ctx, o, a.promise)
 	}
-	left.Wait()
+	a.left.Wait()
+	failed = a.failed
+	a.w, a.failed = nil, nil
+	acksPool.Put(a)
+	for _, r := range failed {
+		r.Context = ctx
+	}
 	return failed
+}
+
+// acks collects the acknowledgements of one produceAll. Pooled, with its
+// promise bound once: a closure and the WaitGroup, mutex and slice it
+// captured were allocated per record before (3.4 of an event's allocations
+// in bench a).
+type acks struct {
+	w       *worker
+	left    sync.WaitGroup
+	mu      sync.Mutex
+	failed  []*kgo.Record
+	promise func(*kgo.Record, error) // a.done
+}
+
+var acksPool = sync.Pool{New: func() any {
+	a := &acks{}
+	a.promise = a.done
+	return a
+}}
+
+// done is the promise of each record: a failed one is logged, counted and
+// copied to be produced again (produceAll gives the copies its context).
+func (a *acks) done(r *kgo.Record, err error) {
+	defer a.left.Done()
+	if err == nil {
+		return
+	}
+	w := a.w
+	w.c.produceFailures.Add(1)
+	if !errors.Is(err, kgo.ErrClientClosed) {
+		w.c.log.Error("produce failed; trying again, the source record stays uncommitted", "topic", r.Topic, "source", w.topic, "partition", w.part, "err", err)
+	}
+	a.mu.Lock()
+	a.failed = append(a.failed, &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp})
+	a.mu.Unlock()
 }
 
 // reproduce appends a copy of each stranded record (checkpoint.Stranded)

@@ -29,7 +29,7 @@ func (h *Handler) retry(j *job, d topology.Decision) *kgo.Record {
 // terminal builds the records of an event's end: DLQ and outcome, or the
 // unsubscribe event and outcome, or the outcome alone.
 func (h *Handler) terminal(j *job, d topology.Decision) []*kgo.Record {
-	out := make([]*kgo.Record, 0, 2)
+	out := j.out[:0]
 	switch {
 	case d.Outcome == topology.OutcomeGone && j.res.Class == push.Gone && j.res.Status != 0:
 		out = append(out, goneRecord(h.gone, j.in.Record, j.ev, j.rep.Sub, j.meta.Status, j.dec.Now))
@@ -54,7 +54,8 @@ func (h *Handler) outcome(j *job, id, endpointHash string, d topology.Decision) 
 		latency, app = now.Sub(j.ev.CreatedAt), j.ev.App
 	}
 	tier := j.in.Source.Tier.String()
-	j.rep.Finish = &FinishInfo{Outcome: d.Outcome, Reason: d.Reason, Tier: tier, App: j.rep.App, Latency: latency}
+	j.finish = FinishInfo{Outcome: d.Outcome, Reason: d.Reason, Tier: tier, App: j.rep.App, Latency: latency}
+	j.rep.Finish = &j.finish
 	return outcomeRecord(h.outcomes, j.in.Record, j.meta, topology.OutcomeRecord{
 		ID: id, Outcome: string(d.Outcome), Reason: string(d.Reason), Status: j.meta.Status,
 		Attempts: j.meta.Attempt, Tier: tier, App: app, EndpointHash: endpointHash,
@@ -69,11 +70,13 @@ func (h *Handler) outcome(j *job, id, endpointHash string, d topology.Decision) 
 func retryRecord(signer *topology.Signer, topic string, r *kgo.Record, meta topology.Meta, due, notBefore time.Time, sigLifetime time.Duration) *kgo.Record {
 	meta.Due, meta.NotBefore = due, notBefore
 	meta.Reason, meta.Error = "", ""
-	hs := meta.Headers(make([]kgo.RecordHeader, 0, 8))
+	rec := newRecord()
+	hs := meta.Headers(rec.hs[:0])
 	sig := signer.Sign(topic, hs, r.Value, due.Add(sigLifetime))
 	hs = append(hs, kgo.RecordHeader{Key: topology.HeaderSig, Value: []byte(sig)})
 	hs = appendTrace(hs, r)
-	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp}
+	rec.Record = kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp}
+	return &rec.Record
 }
 
 // deadRecord is the DLQ record of r: the event intact, the reason in
@@ -83,7 +86,8 @@ func retryRecord(signer *topology.Signer, topic string, r *kgo.Record, meta topo
 func deadRecord(topic string, r *kgo.Record, meta topology.Meta, reason topology.Reason, cause string) *kgo.Record {
 	meta.Due, meta.NotBefore = time.Time{}, time.Time{}
 	meta.Reason, meta.Error = reason, truncate(cause, 200)
-	hs := appendTrace(meta.Headers(make([]kgo.RecordHeader, 0, 8)), r)
+	rec := newRecord()
+	hs := appendTrace(meta.Headers(rec.hs[:0]), r)
 	key, value := r.Key, r.Value
 	if len(value) > event.MaxEventSize {
 		value = nil
@@ -91,17 +95,32 @@ func deadRecord(topic string, r *kgo.Record, meta topology.Meta, reason topology
 	if len(key) > maxKeyLen {
 		key = nil
 	}
-	return &kgo.Record{Topic: topic, Key: key, Value: value, Headers: hs}
+	rec.Record = kgo.Record{Topic: topic, Key: key, Value: value, Headers: hs}
+	return &rec.Record
 }
 
 // outcomeRecord is the ledger record o of r, keyed by the event id.
+// The key and the value share one buffer.
 func outcomeRecord(topic string, r *kgo.Record, meta topology.Meta, o topology.OutcomeRecord) *kgo.Record {
-	v := o.AppendJSON(make([]byte, 0, 256))
+	buf := append(make([]byte, 0, len(o.ID)+256), o.ID...)
+	key := buf[:len(o.ID):len(o.ID)]
+	v := o.AppendJSON(buf[len(o.ID):])
 	meta.Due, meta.NotBefore, meta.Error = time.Time{}, time.Time{}, ""
 	meta.Reason = topology.Reason(o.Reason)
-	hs := appendTrace(meta.Headers(make([]kgo.RecordHeader, 0, 8)), r)
-	return &kgo.Record{Topic: topic, Key: []byte(o.ID), Value: v, Headers: hs}
+	rec := newRecord()
+	hs := appendTrace(meta.Headers(rec.hs[:0]), r)
+	rec.Record = kgo.Record{Topic: topic, Key: key, Value: v, Headers: hs}
+	return &rec.Record
 }
+
+// recordWithHeaders is a record built here and room for its headers,
+// allocated together: routing headers, push-sig and the trace context fit.
+type recordWithHeaders struct {
+	kgo.Record
+	hs [10]kgo.RecordHeader
+}
+
+func newRecord() *recordWithHeaders { return new(recordWithHeaders) }
 
 // goneRecord is the unsubscribe event of e's endpoint, whose hash is sub.
 func goneRecord(topic string, r *kgo.Record, e *event.Event, sub string, status int, now time.Time) *kgo.Record {

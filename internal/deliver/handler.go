@@ -117,7 +117,9 @@ type In struct {
 	Due      time.Time // retry records: when it may be sent
 }
 
-// job is one record on its way through the chain.
+// job is one record on its way through the chain, and the room for what
+// it leads to: the Delivery, its FinishInfo and up to two records are
+// allocated with it, not one by one (BenchmarkHandle).
 type job struct {
 	in   In
 	now  time.Time
@@ -126,7 +128,11 @@ type job struct {
 	dec  topology.Input
 	slot *pacing.Slot // granted by admit: send now
 	res  push.Result
-	rep  Report
+	rep  *Report // &del.Report: written in place, not copied at the end
+
+	del    Delivery
+	finish FinishInfo
+	out    [2]*kgo.Record
 }
 
 // Handle decides what in leads to. It returns nil when ctx ended before
@@ -134,23 +140,28 @@ type job struct {
 // owner handles it. Whatever else cannot be sent goes to the DLQ.
 func (h *Handler) Handle(ctx context.Context, in In) *Delivery {
 	ctx = h.tracer.Start(ctx, in.Record)
+	// The record's context without its cancellation, made once for the
+	// send and the records produced (Delivery.Context).
+	detached := context.WithoutCancel(ctx)
 	j := &job{in: in, now: h.cfg.Now()}
-	j.rep = Report{Tier: in.Source.Tier, Step: StepName(in.Source), Received: in.Received, Due: in.Due, PickedUp: j.now}
+	j.rep = &j.del.Report
+	*j.rep = Report{Tier: in.Source.Tier, Step: StepName(in.Source), Received: in.Received, Due: in.Due, PickedUp: j.now}
 	out, ok := h.verify(j)
 	if ok {
 		out, ok = h.decode(j)
 	}
 	if ok {
 		if out, ok = h.admit(ctx, j); ok {
-			h.send(ctx, j)
+			h.send(detached, j)
 			out = h.decide(j)
 		}
 	}
 	if out == nil && j.rep.Abandoned {
-		h.tracer.End(ctx, &j.rep)
+		h.tracer.End(ctx, j.rep)
 		return nil
 	}
-	return &Delivery{Records: out, Report: j.rep, ctx: ctx, h: h}
+	j.del.Records, j.del.ctx, j.del.detached, j.del.h = out, ctx, detached, h
+	return &j.del
 }
 
 // verify checks what the record is before anything is decoded: the key's
@@ -255,9 +266,10 @@ func (h *Handler) admit(ctx context.Context, j *job) (out []*kgo.Record, ok bool
 	return nil, true
 }
 
-// send sends the event on the slot admit got, if any. A send under way is
-// finished even when the partition is handed back meanwhile: its result
-// must be routed, or the next owner would send it again.
+// send sends the event on the slot admit got, if any. ctx is never
+// cancelled: a send under way is finished even when the partition is
+// handed back meanwhile, as its result must be routed, or the next owner
+// would send it again.
 func (h *Handler) send(ctx context.Context, j *job) {
 	if j.slot == nil {
 		return
@@ -267,7 +279,7 @@ func (h *Handler) send(ctx context.Context, j *job) {
 		ttl = j.dec.Deadline.Sub(j.now).Truncate(time.Second)
 	}
 	start := h.cfg.Now()
-	j.res = h.sender.Send(context.WithoutCancel(ctx), j.ev, ttl)
+	j.res = h.sender.Send(ctx, j.ev, ttl)
 	j.slot.Done(j.res)
 	j.dec.Attempt = j.meta.Attempt + 1
 	j.dec.Now = h.cfg.Now()

@@ -42,7 +42,7 @@ func (s *sender) Signs(app string) bool {
 
 var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 
-func newHandler(t *testing.T, res push.Result) (*Handler, *sender, *topology.Signer) {
+func newHandler(t testing.TB, res push.Result) (*Handler, *sender, *topology.Signer) {
 	t.Helper()
 	signer, err := topology.NewSigner([]byte("deliver-test-key-0123456789abcdef"))
 	if err != nil {
@@ -309,5 +309,19 @@ func TestHandleNoDefaultIdentity(t *testing.T) {
 	d = h.Handle(context.Background(), tierIn(eventValue("s", map[string]any{"app": "shop"})))
 	if got := topics(d); !slices.Equal(got, []string{"push.outcomes"}) || s.sends != 1 {
 		t.Errorf("an app's event: produces %v after %d sends, want delivered", got, s.sends)
+	}
+}
+
+// BenchmarkHandle is one event through the chain, decode to the outcome
+// record, with a sender that answers 201 at once.
+func BenchmarkHandle(b *testing.B) {
+	h, _, _ := newHandler(b, push.Result{Class: push.Delivered, Status: 201})
+	in := tierIn(eventValue("evt-1", nil))
+	b.ReportAllocs()
+	for b.Loop() {
+		d := h.Handle(context.Background(), in)
+		if len(d.Records) != 1 {
+			b.Fatalf("records %v", topics(d))
+		}
 	}
 }

@@ -15,15 +15,16 @@ import (
 // report of what happened, which the hooks and the tracer see only once
 // every record is acknowledged (Acked).
 type Delivery struct {
-	Records []*kgo.Record
-	Report  Report
-	ctx     context.Context
-	h       *Handler
+	Records  []*kgo.Record
+	Report   Report
+	ctx      context.Context
+	detached context.Context // ctx without its cancellation
+	h        *Handler
 }
 
 // Context carries the record's trace; the records produced for it are its
 // children. It is never cancelled.
-func (d *Delivery) Context() context.Context { return context.WithoutCancel(d.ctx) }
+func (d *Delivery) Context() context.Context { return d.detached }
 
 // Acked is called once every record of d is acknowledged: the hooks count
 // what happened and the tracer ends the record's trace.

@@ -133,7 +133,7 @@ func BenchmarkRequest(b *testing.B) {
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			body := bodies.Get().(*body)
+			body := newBody()
 			if _, err := w.request(context.Background(), e, time.Hour, body); err != nil {
 				b.Fatal(err)
 			}

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"crypto/ecdh"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -15,38 +15,39 @@ import (
 	"github.com/tierpush/tierpush/internal/netguard"
 )
 
-// rawValue captures a JSON value as it appears in the input, so Decode can
-// tell absent from empty, check types itself and decode base64 without an
+// rawValue is a JSON value as it appears in the input, so Decode can tell
+// absent from empty, check types itself and decode base64 without an
 // intermediate string. It aliases the input and must not outlive Decode.
 type rawValue []byte
-
-func (r *rawValue) UnmarshalJSON(b []byte) error {
-	*r = b
-	return nil
-}
 
 // present reports whether the field was given and not null.
 func (r rawValue) present() bool {
 	return len(r) > 0 && string(r) != "null"
 }
 
-// wire is the JSON shape of an event (docs/design.md, "Event").
+// wire is the JSON shape of an event (docs/design.md, "Event"), as parse
+// fills it. The tags name the keys for encoding/json, which the tests hold
+// parse to.
 type wire struct {
-	ID           rawValue `json:"id"`
-	Subscription struct {
-		Endpoint rawValue `json:"endpoint"`
-		Keys     struct {
-			P256dh rawValue `json:"p256dh"`
-			Auth   rawValue `json:"auth"`
-		} `json:"keys"`
-	} `json:"subscription"`
-	Payload    rawValue `json:"payload"`
-	PayloadB64 rawValue `json:"payload_b64"`
-	TTL        rawValue `json:"ttl"`
-	Urgency    rawValue `json:"urgency"`
-	Topic      rawValue `json:"topic"`
-	CreatedAt  rawValue `json:"created_at"`
-	App        rawValue `json:"app"`
+	ID           rawValue         `json:"id"`
+	Subscription wireSubscription `json:"subscription"`
+	Payload      rawValue         `json:"payload"`
+	PayloadB64   rawValue         `json:"payload_b64"`
+	TTL          rawValue         `json:"ttl"`
+	Urgency      rawValue         `json:"urgency"`
+	Topic        rawValue         `json:"topic"`
+	CreatedAt    rawValue         `json:"created_at"`
+	App          rawValue         `json:"app"`
+}
+
+type wireSubscription struct {
+	Endpoint rawValue `json:"endpoint"`
+	Keys     wireKeys `json:"keys"`
+}
+
+type wireKeys struct {
+	P256dh rawValue `json:"p256dh"`
+	Auth   rawValue `json:"auth"`
 }
 
 // Field paths named in errors.
@@ -79,21 +80,33 @@ func Decode(value []byte, recordTime time.Time, rules Rules) (*Event, error) {
 }
 
 func decode(value []byte, recordTime time.Time, rules Rules) (*Event, *Error) {
-	switch {
-	case len(value) == 0:
-		return nil, invalid("", "event is empty")
-	case len(value) > MaxEventSize:
-		return nil, invalid("", "event is %d bytes, limit %d", len(value), MaxEventSize)
-	case !utf8.Valid(value):
-		return nil, invalid("", "event is not valid UTF-8")
-	case tooDeep(value, MaxDepth):
-		return nil, invalid("", "event nests deeper than %d", MaxDepth)
+	if e := precheck(value); e != nil {
+		return nil, e
 	}
 	var w wire
-	if err := json.Unmarshal(value, &w); err != nil {
-		return nil, jsonError(err)
+	if e := parse(value, &w); e != nil {
+		return nil, e
 	}
+	return fromWire(&w, recordTime, rules)
+}
 
+// precheck bounds the size and nesting of value before it is parsed.
+func precheck(value []byte) *Error {
+	switch {
+	case len(value) == 0:
+		return invalid("", "event is empty")
+	case len(value) > MaxEventSize:
+		return invalid("", "event is %d bytes, limit %d", len(value), MaxEventSize)
+	case !utf8.Valid(value):
+		return invalid("", "event is not valid UTF-8")
+	case tooDeep(value, MaxDepth):
+		return invalid("", "event nests deeper than %d", MaxDepth)
+	}
+	return nil
+}
+
+// fromWire checks the fields of w and builds the Event.
+func fromWire(w *wire, recordTime time.Time, rules Rules) (*Event, *Error) {
 	ev := &Event{}
 
 	idStr, e := stringField(w.ID, fieldID, true)
@@ -109,9 +122,22 @@ func decode(value []byte, recordTime time.Time, rules Rules) (*Event, *Error) {
 	case !printable(id):
 		return nil, invalid(fieldID, "has a non-printable character")
 	}
-	ev.ID = string(id)
-
-	if e := ev.setEndpoint(w.Subscription.Endpoint, rules.Guard); e != nil {
+	epStr, e := stringField(w.Subscription.Endpoint, fieldEndpoint, true)
+	if e != nil {
+		return nil, e
+	}
+	ep := epStr.bytes()
+	if len(ep) == 0 {
+		return nil, invalid(fieldEndpoint, "is empty")
+	}
+	// The id and the endpoint share one allocation.
+	var sb strings.Builder
+	sb.Grow(len(id) + len(ep))
+	sb.Write(id)
+	sb.Write(ep)
+	s := sb.String()
+	ev.ID, ev.Endpoint = s[:len(id)], s[len(id):]
+	if e := ev.setEndpointURL(rules.Guard); e != nil {
 		return nil, e
 	}
 
@@ -224,16 +250,8 @@ func decode(value []byte, recordTime time.Time, rules Rules) (*Event, *Error) {
 	return ev, nil
 }
 
-func (ev *Event) setEndpoint(raw rawValue, guard *netguard.Policy) *Error {
-	str, e := stringField(raw, fieldEndpoint, true)
-	if e != nil {
-		return e
-	}
-	b := str.bytes()
-	if len(b) == 0 {
-		return invalid(fieldEndpoint, "is empty")
-	}
-	ev.Endpoint = string(b)
+// setEndpointURL parses and checks ev.Endpoint.
+func (ev *Event) setEndpointURL(guard *netguard.Policy) *Error {
 	if guard != nil {
 		u, err := guard.CheckEndpoint(ev.Endpoint)
 		if err != nil {
@@ -465,7 +483,7 @@ func base64URLAlphabet(b []byte) bool {
 }
 
 // tooDeep reports whether b nests objects and arrays deeper than max. It only
-// counts brackets outside strings; json.Unmarshal does the real validation.
+// counts brackets outside strings; parse does the real validation.
 func tooDeep(b []byte, max int) bool {
 	depth := 0
 	for i := 0; i < len(b); i++ {
@@ -497,19 +515,4 @@ func tooDeep(b []byte, max int) bool {
 		}
 	}
 	return false
-}
-
-// jsonError turns an encoding/json error into a *Error without quoting input.
-func jsonError(err error) *Error {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return invalid("", "malformed JSON at byte %d", se.Offset)
-	case errors.As(err, &te) && te.Field == "":
-		return invalid("", "event must be a JSON object")
-	case errors.As(err, &te):
-		return invalid(te.Field, "want a JSON object")
-	}
-	return invalid("", "malformed JSON")
 }

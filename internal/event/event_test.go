@@ -587,3 +587,10 @@ func BenchmarkDecode(b *testing.B) {
 		})
 	}
 }
+
+func BenchmarkEndpointHash(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = EndpointHash(endpoint)
+	}
+}

@@ -6,7 +6,7 @@ import (
 )
 
 // unquote decodes the body of a JSON string (between the quotes) that
-// encoding/json has already validated. With dst == nil it only returns the
+// parse has already validated. With dst == nil it only returns the
 // decoded length; otherwise dst must be at least that long. Lone surrogates
 // become U+FFFD, as encoding/json does. It never panics, whatever s holds.
 func unquote(dst, s []byte) int {
