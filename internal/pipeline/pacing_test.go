@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -215,7 +216,8 @@ func TestPacingRateLimitedOrigin(t *testing.T) {
 // TestPacingGridKafka runs cells of the pacing grid (internal/pacing's
 // TestGrid) end to end: events through Kafka and the push simulator
 // limiting the origin with a token bucket. After the first 10 s: under 5%
-// 429s, at least 90% of the limit delivered, every event terminal. (Several
+// 429s, at least 90% of the limit delivered (each the median of three
+// draws), every event terminal. (Several
 // processors in one group cannot share a synctest bubble for long: a
 // rebalance holds kgo's group mutex while a hand-off waits for fake time,
 // and a goroutine waiting on a mutex keeps the bubble's clock from moving.
@@ -234,22 +236,31 @@ func TestPacingGridKafka(t *testing.T) {
 		{limit: 500, latency: 5 * time.Millisecond, processors: 1},
 	} {
 		t.Run(fmt.Sprintf("limit=%d/latency=%s/processors=%d", c.limit, c.latency, c.processors), func(t *testing.T) {
-			r := c
-			r.offered, r.seconds, r.from, r.pacing = 2*c.limit, 30, 10, true
-			runRateLimited(t, &r)
-			t.Logf("429 share %.2f%%, goodput %.0f/s of %d/s (%.0f%%), %d of %d events terminal, peers heard %d",
-				100*r.share429, r.goodput, r.limit, 100*r.goodput/float64(r.limit), r.terminal, r.events, r.peers)
-			if r.terminal != r.events {
-				t.Errorf("%d of %d events reached an outcome", r.terminal, r.events)
+			// Three draws, judged on the median as the model grid is: at
+			// 20 req/s the 400 sends measured hold two or three probe
+			// cycles, and one draw ranges from 2% to 5% 429s.
+			var shares, goodputs []float64
+			for draw := range 3 {
+				r := c
+				r.offered, r.seconds, r.from, r.pacing = 2*c.limit, 30, 10, true
+				runRateLimited(t, &r)
+				t.Logf("draw %d: 429 share %.2f%%, goodput %.0f/s of %d/s (%.0f%%), %d of %d events terminal, peers heard %d",
+					draw+1, 100*r.share429, r.goodput, r.limit, 100*r.goodput/float64(r.limit), r.terminal, r.events, r.peers)
+				if r.terminal != r.events {
+					t.Errorf("draw %d: %d of %d events reached an outcome", draw+1, r.terminal, r.events)
+				}
+				if r.processors > 1 && r.peers != r.processors-1 {
+					t.Errorf("draw %d: a processor heard of %d peers, want %d: pacing is not shared", draw+1, r.peers, r.processors-1)
+				}
+				shares, goodputs = append(shares, r.share429), append(goodputs, r.goodput)
 			}
-			if r.share429 >= 0.05 {
-				t.Errorf("429 share %.2f%%, want below 5%%", 100*r.share429)
+			slices.Sort(shares)
+			slices.Sort(goodputs)
+			if share := shares[1]; share >= 0.05 {
+				t.Errorf("429 share %.2f%% (median of %.2f%%), want below 5%%", 100*share, shares)
 			}
-			if r.goodput < 0.9*float64(r.limit) {
-				t.Errorf("goodput %.0f/s, want at least 90%% of %d/s", r.goodput, r.limit)
-			}
-			if r.processors > 1 && r.peers != r.processors-1 {
-				t.Errorf("a processor heard of %d peers, want %d: pacing is not shared", r.peers, r.processors-1)
+			if goodput := goodputs[1]; goodput < 0.9*float64(c.limit) {
+				t.Errorf("goodput %.0f/s (median of %.0f), want at least 90%% of %d/s", goodput, goodputs, c.limit)
 			}
 		})
 	}
