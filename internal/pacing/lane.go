@@ -96,11 +96,12 @@ type lane struct {
 	paused    time.Time // until
 	pausedAt  time.Time // when the pause in force began
 	// What the origin is believed to have spared: see spareLocked.
-	spare    float64
-	spareAt  time.Time
-	spent    float64   // of the spare, by the tier-1 burst under way
-	spentAt  time.Time // when tier 1 last spent of it
-	t1Waited time.Time // when a tier-1 request last had to wait
+	spare     float64
+	spareAt   time.Time
+	spareFrom time.Time // the pause in force earns it from here
+	spent     float64   // of the spare, by the tier-1 burst under way
+	spentAt   time.Time // when tier 1 last spent of it
+	t1Waited  time.Time // when a tier-1 request last had to wait
 
 	seconds []second
 	ticks   [keptTicks]tick
@@ -207,12 +208,13 @@ func (l *lane) pauseLocked(now, until time.Time) {
 		// lets the origin save.
 		l.spareLocked(now)
 		l.spare = -float64(l.inFlight)
+		l.spareFrom = now
 		if now.Sub(l.spentAt) < sparedAgain {
 			// A storm that follows a tier-1 burst on the spare: the
 			// spare was not the origin's to give. Nothing is saved over
 			// this pause, else burst, storm and pause feed each other
 			// (at 20 req/s, a pause a second and 40% 429s).
-			l.spare = math.Inf(-1)
+			l.spareFrom = until
 		}
 	}
 	l.paused = until
@@ -285,8 +287,8 @@ func (l *lane) spareLocked(now time.Time) float64 {
 	if now.Before(to) {
 		to = now
 	}
-	if l.pausedAt.After(from) {
-		from = l.pausedAt
+	if l.spareFrom.After(from) {
+		from = l.spareFrom
 	}
 	if d := to.Sub(from); d > 0 {
 		safe := l.cfg.CutFactor * l.ceiling
@@ -948,12 +950,12 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		// The last cut, itself a storm's, changed nothing: the rate has
 		// not grown past what the origin was seen to take (the ceiling),
 		// the share has not fallen, and the origin accepted less than was
-		// sent, as from a
-		// service refusing a share at random (after a pause refilled a
-		// limit's burst allowance it can read far above both, and there
-		// the cuts must go on). Cutting on would only starve the
-		// judgement of answers (a rate cut to a send a second takes ten
-		// seconds to judge): hold the rate while the storms add up.
+		// sent, as from a service refusing a share at random (after a
+		// pause refilled a limit's burst allowance it can read far above
+		// both, and there the cuts must go on). Cutting on would only
+		// starve the judgement of answers (a rate cut to a send a second
+		// takes ten seconds to judge): hold the rate while the storms add
+		// up.
 		held = stormy && l.storms > 0 && acc > 0 && acc < l.rate && l.rate <= l.ceiling && share >= insensitive*l.cutShare
 	}
 	switch {
