@@ -202,7 +202,9 @@ func TestRetryBudget(t *testing.T) {
 }
 
 // TestQueueLimit: at QueueLimit waiters an arrival evicts the newest waiter
-// of the lowest tier strictly below its own, or is deferred itself.
+// of the lowest tier strictly below its own, or is deferred itself (a start
+// rate of 1/s keeps the rate's part of the limit, two seconds of it, below
+// QueueLimit).
 func TestQueueLimit(t *testing.T) {
 	type arrival struct {
 		name string
@@ -225,7 +227,7 @@ func TestQueueLimit(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newHarness(t, func(c *pacing.Config) { c.MaxLimit = 1; c.QueueLimit = len(tt.queued); c.ShedAfter = 0 })
+				h := newHarness(t, func(c *pacing.Config) { c.MaxLimit = 1; c.QueueLimit = len(tt.queued); c.ShedAfter = 0; c.StartRate = 1 })
 				held := h.saturate(1)
 				out := make(chan got, len(tt.queued)+1)
 				for _, a := range tt.queued {
@@ -262,7 +264,7 @@ func TestQueueLimit(t *testing.T) {
 // tier is shed.
 func TestShedAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, func(c *pacing.Config) { c.MaxLimit = 1; c.QueueLimit = 2; c.ShedAfter = time.Second })
+		h := newHarness(t, func(c *pacing.Config) { c.MaxLimit = 1; c.QueueLimit = 2; c.ShedAfter = time.Second; c.StartRate = 1 })
 		held := h.saturate(1)
 		out := make(chan got, 8)
 		for _, name := range []string{"a", "b", "c"} {
