@@ -184,7 +184,7 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) (*Result, error) {
 		}
 		sub := r.sim.Subscribe(script...)
 		r.arr.index[sub.ID] = i
-		r.evs[i] = newEvent(sc.Name, i, sub, r.names.Tier(tierOf(i)), malformed)
+		r.evs[i] = newEvent(sc.Name, i, sub, sc.tierOfEvent(i), r.names, malformed)
 	}
 
 	// The broker, unless one was given.
@@ -354,7 +354,19 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 
 	start := time.Now()
 	prodErr := make(chan error, 1)
-	go func() { prodErr <- produce(ctx, pcl, r.evs, sc.Offered, &r.produced) }()
+	go func() {
+		first, later := r.evs[:len(r.evs)-sc.Later], r.evs[len(r.evs)-sc.Later:]
+		err := produce(ctx, pcl, first, sc.Offered, &r.produced)
+		if err == nil && len(later) > 0 {
+			select {
+			case <-ctx.Done():
+				err = ctx.Err()
+			case <-time.After(sc.After):
+				err = produce(ctx, pcl, later, 0, &r.produced)
+			}
+		}
+		prodErr <- err
+	}()
 
 	sampler := time.NewTicker(time.Second)
 	defer sampler.Stop()

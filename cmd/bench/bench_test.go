@@ -8,6 +8,8 @@ import (
 
 	"github.com/tierpush/tierpush/internal/event"
 	"github.com/tierpush/tierpush/internal/pushsim"
+	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
 )
 
 func TestParseProm(t *testing.T) {
@@ -117,7 +119,7 @@ func TestEventValue(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEvent("x", 42, sim.Subscribe(), "push.tier3", tt.malformed)
+			e := newEvent("x", 42, sim.Subscribe(), tiers.Tier3, topology.Names{Prefix: "push."}, tt.malformed)
 			ev, err := event.Decode(e.value(now), time.Time{}, event.DefaultRules())
 			if tt.wantErr {
 				if err == nil {

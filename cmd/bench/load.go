@@ -38,7 +38,8 @@ type benchEvent struct {
 
 const ttlSeconds = 3600
 
-func newEvent(scenario string, i int, sub pushsim.Subscription, topic string, malformed bool) benchEvent {
+func newEvent(scenario string, i int, sub pushsim.Subscription, tier tiers.Tier, names topology.Names, malformed bool) benchEvent {
+	topic := names.Tier(tier)
 	id := fmt.Sprintf("bench-%s-%07d", scenario, i)
 	payload := fmt.Sprintf(`{"title":"tierpush bench","body":"Your order has shipped","id":%q}`, id)
 	auth := sub.Auth
@@ -53,7 +54,7 @@ func newEvent(scenario string, i int, sub pushsim.Subscription, topic string, ma
 		"urgency":      "normal",
 	})
 	prefix = prefix[:len(prefix)-1] // reopen the object for created_at
-	return benchEvent{id: id, sub: sub, tier: tierOf(i), topic: topic, payload: []byte(payload), prefix: prefix}
+	return benchEvent{id: id, sub: sub, tier: tier, topic: topic, payload: []byte(payload), prefix: prefix}
 }
 
 // value is the event JSON with created_at = now.

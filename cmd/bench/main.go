@@ -104,7 +104,7 @@ func defaultConfig() config {
 
 func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Events, "events", c.Events, "events per scenario (a, b, c)")
-	fs.Func("scenario", "scenarios to run, comma separated: a (all succeed), b (50 ms per push), c (ledger failure mix), d (rate-limited origin), d100 (100 req/s at 20 ms), d3 (3 processors sharing 300 req/s), e (RSS with every event waiting in retry steps), or all (default all); also dx, a rate-limited origin shaped by --dx-limit, --dx-latency and --dx-processors", func(v string) error {
+	fs.Func("scenario", "scenarios to run, comma separated: a (all succeed), b (50 ms per push), c (ledger failure mix), d (rate-limited origin), d100 (100 req/s at 20 ms), d3 (3 processors sharing 300 req/s), e (RSS with every event waiting in retry steps), or all (default all); also dx, a rate-limited origin shaped by --dx-limit, --dx-latency and --dx-processors, and f0 and f3, 300 tier-1 events with or 3 s after 12,000 tier-3 events to a 400 req/s origin", func(v string) error {
 		c.Scenarios = strings.Split(v, ",")
 		return nil
 	})
@@ -146,6 +146,10 @@ func (c *config) register(fs *flag.FlagSet) {
 }
 
 var allScenarios = []string{"a", "b", "c", "d", "d100", "d3", "e"}
+
+// extraScenarios run only when named: dx (a user's origin), f0 and f3
+// (tier 1 behind a flood).
+var extraScenarios = []string{"dx", "f0", "f3"}
 
 // Validate names the flag at fault.
 func (c *config) Validate() error {
@@ -195,10 +199,10 @@ func (c *config) Validate() error {
 		switch {
 		case s == "all":
 			names = append(names, allScenarios...)
-		case slices.Contains(allScenarios, s) || s == "dx":
+		case slices.Contains(allScenarios, s) || slices.Contains(extraScenarios, s):
 			names = append(names, s)
 		default:
-			errs = append(errs, fmt.Errorf("--scenario: %q, want a, b, c, d, d100, d3, dx, e or all", s))
+			errs = append(errs, fmt.Errorf("--scenario: %q, want a, b, c, d, d100, d3, dx, e, f0, f3 or all", s))
 		}
 	}
 	slices.Sort(names)

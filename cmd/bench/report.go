@@ -349,6 +349,10 @@ func (res *Result) check() {
 		add("≤ 100 allocations per event", fmt.Sprintf("%.0f", res.AllocsPerEvent), res.AllocsPerEvent <= 100)
 	case "b":
 		add(fmt.Sprintf("≥ 3,000 events/s at 50 ms per push (max-in-flight %d)", res.MaxInFlight), fmt.Sprintf("%.0f events/s", res.EventsPerSec), res.EventsPerSec >= 3000)
+	case "f0", "f3":
+		if q, ok := res.Latency["tier1"]; ok {
+			add("tier-1 p99 < 250 ms from production to delivery", fmt.Sprintf("p99 %.0f ms (p50 %.0f) over %d", q.P99, q.P50, q.Count), q.P99 < 250)
+		}
 	case "d", "d100", "d3", "dx":
 		if f := res.RateLimited; f != nil {
 			add("429 share < 5% (steady state)", fmt.Sprintf("%.2f%%", 100*f.Share429), f.Share429 < 0.05)

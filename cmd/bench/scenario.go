@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tierpush/tierpush/internal/pushsim"
@@ -29,6 +30,20 @@ type scenario struct {
 	HoldRSS bool
 	// Processors in the group (default 1); CPU and memory are the first's.
 	Processors int
+	// Tier, when set, gives event i's tier (default tierOf).
+	Tier func(i int) tiers.Tier
+	// The last Later events are produced After the others (the others
+	// still at Offered, or at once).
+	Later int
+	After time.Duration
+}
+
+// tierOfEvent is event i's tier in sc.
+func (sc scenario) tierOfEvent(i int) tiers.Tier {
+	if sc.Tier != nil {
+		return sc.Tier(i)
+	}
+	return tierOf(i)
 }
 
 func scenarioNamed(name string, cfg config) scenario {
@@ -74,6 +89,30 @@ func scenarioNamed(name string, cfg config) scenario {
 				c.RateLimit, c.Burst, c.RetryAfter = o.Limit, 0, 1 // a second of burst
 				c.Latency, c.LatencyJitter = o.Latency, o.Latency/5
 			}}
+	case "f0", "f3":
+		// The pacing issue's priority case: 12,000 tier-3 events produced
+		// at once to one push service allowing 400 requests/s (a second of
+		// burst), 20 ms per push, and 300 tier-1 events with them (f0) or
+		// 3 s later (f3); tier 1's p99 from production to delivery is
+		// judged.
+		const flood, urgent = 12_000, 300
+		sc := scenario{Name: name, Title: "tier 1 behind a flood: 12,000 tier-3 events to a 400 req/s origin, 300 tier-1 events with them",
+			Events: flood + urgent, Later: urgent,
+			Tier: func(i int) tiers.Tier {
+				if i >= flood {
+					return tiers.Tier1
+				}
+				return tiers.Tier3
+			},
+			Sim: func(c *pushsim.Config) {
+				c.RateLimit, c.Burst, c.RetryAfter = 400, 0, 1 // a second of burst
+				c.Latency, c.LatencyJitter = 20*time.Millisecond, 5*time.Millisecond
+			}}
+		if name == "f3" {
+			sc.After = 3 * time.Second
+			sc.Title = strings.Replace(sc.Title, "with them", "3 s after them", 1)
+		}
+		return sc
 	case "e":
 		return scenario{Name: "e", Title: fmt.Sprintf("RSS with %d events waiting in retry steps (every push answers 503)", cfg.RSSEvents),
 			Events: cfg.RSSEvents, HoldRSS: true,
