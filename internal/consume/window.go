@@ -133,23 +133,29 @@ func (w *window) offer(ps *worker) {
 	}
 }
 
-// release gives back a slot a record of tier index tier held, and hands
-// it on (hand).
+// release gives back a slot a record of tier index tier held and hands it
+// on in the same hold of the lock, so no offer jumps the partitions that
+// wait (free slots mean nobody waits).
 func (w *window) release(tier int) {
 	w.mu.Lock()
 	w.free++
 	w.taken[tier]--
-	w.mu.Unlock()
-	w.hand()
+	w.handLocked()
 }
 
-// hand starts the next record of the partition whose turn it is on a free
-// slot, or keeps the slot free when none may start (nobody waits, or the
-// window has shrunk below the slots in use). A partition that has nothing
-// to start when its turn comes (handed back) passes the slot on.
+// hand starts waiting records on the free slots (resize).
 func (w *window) hand() {
+	w.mu.Lock()
+	w.handLocked()
+}
+
+// handLocked starts the next record of the partition whose turn it is on
+// a free slot, or keeps the slot free when none may start (nobody waits,
+// or the window has shrunk below the slots in use). A partition that has
+// nothing to start when its turn comes (handed back) passes the slot on.
+// It is called with w.mu held and returns with it released.
+func (w *window) handLocked() {
 	for {
-		w.mu.Lock()
 		ps := w.pickLocked()
 		if ps == nil {
 			w.mu.Unlock()
@@ -169,7 +175,6 @@ func (w *window) hand() {
 		w.mu.Lock()
 		w.free++
 		w.taken[tier]--
-		w.mu.Unlock()
 	}
 }
 
