@@ -953,12 +953,15 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 	var acc float64 // what the origin accepted: worked out only for a change
 	if storm || cut {
 		acc = l.acceptedLocked(now)
-		// A storm is judged past HaltRate on twice MinSamples where there
-		// are (on ten, 30% thrown at random reads 20% or less four times
-		// in ten, and 10% reads more than 20% one time in fifteen), and
-		// only once slow start has settled.
+		// A storm is a share past HaltRate, once slow start has settled,
+		// on twice MinSamples fresh answers where there are, or on every
+		// answer of the last stormSpan: on the ten fresh answers a cut is
+		// made on, 30% thrown at random reads 20% or less four times in
+		// ten (through Kafka the breaker then never opened in one run in
+		// ten), and 10% reads more than 20% one time in fifteen.
 		wide := l.freshLocked(now, 2*l.cfg.MinSamples)
-		stormy = float64(wide.throttled) > l.cfg.HaltRate*float64(wide.n) && now.Sub(l.settled) >= settleFor
+		stormy = now.Sub(l.settled) >= settleFor &&
+			(float64(wide.throttled) > l.cfg.HaltRate*float64(wide.n) || l.stormyLocked(now))
 		// The last cut, itself a storm's, changed nothing: the rate has
 		// not grown past what the origin was seen to take (the ceiling),
 		// the share has not fallen, and the origin accepted less than was
@@ -1014,6 +1017,23 @@ const (
 	maxStorms = 4
 	settleFor = 5 * time.Second
 )
+
+// stormyLocked tells whether the 429 share of the answers of the last
+// stormSpan, from settleFor after slow start ended, is past HaltRate, on
+// twice MinSamples answers at least.
+func (l *lane) stormyLocked(now time.Time) bool {
+	from := max(now.Add(-stormSpan).Unix(), l.settled.Add(settleFor).Unix())
+	n, k := 0, 0
+	for sec := from; sec <= now.Unix(); sec++ {
+		if b := l.seconds[int(sec%int64(len(l.seconds)))]; b.sec == sec {
+			n, k = n+b.attempts, k+b.throttled
+		}
+	}
+	return n >= 2*l.cfg.MinSamples && float64(k) > l.cfg.HaltRate*float64(n)
+}
+
+// stormSpan is how far back stormyLocked looks.
+const stormSpan = 10 * time.Second
 
 // cleanSamples, in MinSamples, is how many answers a clean judgement,
 // which ends a run of storms, is made on.

@@ -227,7 +227,12 @@ func TestQueueLimit(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newHarness(t, func(c *pacing.Config) { c.MaxLimit = 1; c.QueueLimit = len(tt.queued); c.ShedAfter = 0; c.StartRate = 1 })
+				h := newHarness(t, func(c *pacing.Config) {
+					c.MaxLimit = 1
+					c.QueueLimit = len(tt.queued)
+					c.ShedAfter = 0
+					c.StartRate = 1
+				})
 				held := h.saturate(1)
 				out := make(chan got, len(tt.queued)+1)
 				for _, a := range tt.queued {
