@@ -944,9 +944,11 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 	// run of storms; it is made on cleanSamples answers (on ten, a service
 	// throttling 30% at random looks clean one time in seven, on thirty one
 	// in thirty).
-	if c := l.freshLocked(now, cleanSamples*l.cfg.MinSamples); l.storms > 0 && c.n >= cleanSamples*l.cfg.MinSamples &&
-		c.span >= judgeMin && float64(c.throttled) <= threshold*float64(c.n) {
-		l.storms = 0
+	if l.storms > 0 {
+		c := l.freshLocked(now, cleanSamples*l.cfg.MinSamples)
+		if c.n >= cleanSamples*l.cfg.MinSamples && c.span >= judgeMin && float64(c.throttled) <= threshold*float64(c.n) {
+			l.storms = 0
+		}
 	}
 	cut := aboveZ(f.throttled, f.n, threshold, l.z) && now.Sub(l.lastCut) >= l.cfg.CutCooldown
 	var stormy, held bool
