@@ -71,8 +71,15 @@ func newBench(ctx context.Context, cfg config, stderr io.Writer) (*bench, error)
 	return b, nil
 }
 
-// Close removes the temp directory (broker data, logs, the binary).
-func (b *bench) Close() { os.RemoveAll(b.tmp) }
+// Close removes the temp directory (broker data, logs, the binary), or
+// with --keep names it.
+func (b *bench) Close() {
+	if b.cfg.Keep {
+		fmt.Fprintf(b.stderr, "kept the run's logs and broker data in %s\n", b.tmp)
+		return
+	}
+	os.RemoveAll(b.tmp)
+}
 
 func (b *bench) logf(format string, args ...any) {
 	if b.tty {

@@ -69,6 +69,9 @@ type config struct {
 	PeerDir string
 	Timeout time.Duration
 	Quiet   bool
+	// Keep leaves the run's directory (processor and broker logs, broker
+	// data) in place and names it.
+	Keep bool
 	// ProcessorFlags and ProcessorEnv are added to `processor run`'s
 	// arguments and environment (and recorded in the results).
 	ProcessorFlags []string
@@ -134,6 +137,7 @@ func (c *config) register(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.BoolVar(&c.Quiet, "quiet", c.Quiet, "no progress bar")
+	fs.BoolVar(&c.Keep, "keep", c.Keep, "keep the run's directory (processor and broker logs, broker data) and print its path; with --processor-flags \"--log-level info\" the processor logs its pacing events")
 	fs.Func("processor-env", "extra environment for `processor run`, KEY=VALUE, repeatable (e.g. GOMEMLIMIT=200MiB)", func(v string) error {
 		if !strings.Contains(v, "=") {
 			return errors.New("want KEY=VALUE")
