@@ -152,7 +152,7 @@ func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time
 	defer l.mu.Unlock()
 	l.lastUsed = now
 	ti := req.Tier.Index()
-	if now.Before(l.paused) && (ti > 0 || l.paused.Sub(now) > maxHold) {
+	if now.Before(l.paused) && !l.holdsLocked(ti, now) {
 		return nil, nil, l.paused
 	}
 	switch l.breaker {
@@ -268,9 +268,28 @@ func (l *lane) oldestLocked() time.Time {
 // so it did not follow the rate.
 const insensitive = 0.8
 
-// maxHold is the longest pause tier-1 requests wait out in memory rather
-// than going back to the ladder.
+// maxHold is the longest pause requests wait out in the queue rather than
+// going back to the ladder.
 const maxHold = 2 * time.Second
+
+// holdsLocked tells whether a request of tier index ti waits out the
+// pause under way in the queue rather than going back to the ladder: any
+// pause of up to maxHold for tier 1; for the lower tiers, one that comes
+// settleFor after slow start ended. Sent back, a backlog runs through the
+// ladder's first step as fast as it is consumed: a 1 s pause moved a
+// flood of 12,000 tier-3 events to the 8 s step, the origin idle for
+// 7 s, and round the ladder again when they all came due at once. The
+// pause that ends slow start still sends the lower tiers back: the rate
+// it resumes at was taken over the burst allowance slow start spent, so
+// the origin runs short of it a second or two later, and a tier-1 burst
+// then would meet a second storm (held through that pause, tier 1 three
+// seconds into a flood had 76 to 202 of 300 sends throttled).
+func (l *lane) holdsLocked(ti int, now time.Time) bool {
+	if l.paused.Sub(now) > maxHold {
+		return false
+	}
+	return ti == 0 || (!l.slowStart && now.Sub(l.settled) >= settleFor)
+}
 
 // burstFor is how much sending the bucket may save up while nothing waits:
 // a tenth of a second of the rate.
@@ -1195,8 +1214,8 @@ func (l *lane) event(p *Pacer, e Event) {
 }
 
 // wakeLocked hands free slots to waiters. When the origin is halted every
-// waiter goes back to the ladder; when it is paused, all but tier 1 do
-// (tier 1 waits out a short pause).
+// waiter goes back to the ladder; when it is paused, all but those that
+// wait it out (holdsLocked).
 func (l *lane) wakeLocked(p *Pacer, now time.Time) {
 	if l.breaker != Closed {
 		for l.waiting > 0 {
@@ -1206,11 +1225,11 @@ func (l *lane) wakeLocked(p *Pacer, now time.Time) {
 		return
 	}
 	if now.Before(l.paused) {
-		// Tier 1 waits out a short pause (as in admit); a longer one sends
-		// it back too, rather than blocking its caller for all of it.
-		keep := 0
-		if l.paused.Sub(now) > maxHold {
-			keep = -1
+		// Those that wait out the pause stay (as in admit); the others
+		// go back to the ladder rather than block their callers for it.
+		keep := -1
+		for keep < 2 && l.holdsLocked(keep+1, now) {
+			keep++
 		}
 		for {
 			w := l.evictLocked(keep)

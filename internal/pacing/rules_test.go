@@ -354,3 +354,71 @@ func spread(k, n int) []push.Result {
 	}
 	return out
 }
+
+// TestPauseHoldsTheBacklog: once slow start has settled, a short pause
+// holds every tier in the queue, so that a backlog waits it out instead of
+// running through the ladder's first step as fast as it is consumed; the
+// pause that ends slow start still sends the lower tiers back (tier 1
+// waits it out).
+func TestPauseHoldsTheBacklog(t *testing.T) {
+	const s, ms = time.Second, time.Millisecond
+	// pause answers 429 until the origin is paused (a storm: past 20%).
+	pause := func(t *testing.T, h *harness) time.Time {
+		t.Helper()
+		h.send(rep(15, ok)...)
+		for range 40 {
+			h.send(throttled)
+			if until := h.lane().PausedUntil; until.After(h.clk.Now()) {
+				return until
+			}
+		}
+		t.Fatalf("no pause after 40 429s")
+		return time.Time{}
+	}
+	inBubble(t, "the pause that ends slow start sends the lower tiers back", func(t *testing.T) {
+		h := newHarness(t, nil)
+		until := pause(t, h)
+		for _, tier := range []tiers.Tier{tiers.Tier2, tiers.Tier3} {
+			if slot, got := h.p.Acquire(context.Background(), h.req(tier, false)); slot != nil || !got.Equal(until) {
+				t.Errorf("%s in the pause: slot %v, until %s; want none, until %s", tier, slot != nil, got.Sub(base), until.Sub(base))
+			}
+		}
+		out := make(chan got, 1)
+		h.spawn(context.Background(), "tier 1", h.req(tiers.Tier1, false), out)
+		synctest.Wait()
+		if len(out) > 0 {
+			t.Fatalf("tier 1 returned in the pause, want it to wait")
+		}
+		h.clk.Advance(until.Sub(h.clk.Now()))
+		if g := next(t, out); g.slot == nil {
+			t.Errorf("tier 1 after the pause: until %s, want a slot", g.until.Sub(base))
+		} else {
+			g.slot.Done(ok)
+		}
+	})
+	inBubble(t, "a later pause holds every tier", func(t *testing.T) {
+		h := newHarness(t, nil)
+		until := pause(t, h)
+		h.clk.Advance(until.Sub(h.clk.Now()) + 5*s)
+		h.run(every(100*ms, 30, rep(1, ok)))
+		until = pause(t, h)
+		out := make(chan got, 3)
+		for _, tier := range []tiers.Tier{tiers.Tier1, tiers.Tier2, tiers.Tier3} {
+			h.spawn(context.Background(), tier.String(), h.req(tier, false), out)
+		}
+		synctest.Wait()
+		if len(out) > 0 {
+			g := <-out
+			t.Fatalf("%s returned in the pause (slot %v, until %s), want every tier to wait", g.name, g.slot != nil, g.until.Sub(base))
+		}
+		h.clk.Advance(until.Sub(h.clk.Now()) + s) // and a second of the rate
+		for range 3 {
+			g := next(t, out)
+			if g.slot == nil {
+				t.Errorf("%s after the pause: until %s, want a slot", g.name, g.until.Sub(base))
+				continue
+			}
+			g.slot.Done(ok)
+		}
+	})
+}
