@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/tierpush/tierpush/internal/pushsim"
@@ -96,7 +95,11 @@ func scenarioNamed(name string, cfg config) scenario {
 		// same pass of the producer (f0), or 3 s later (f3); tier 1's p99
 		// from production to delivery is judged.
 		const flood, urgent = 12_000, 300
-		sc := scenario{Name: name, Title: "tier 1 behind a flood: 12,000 tier-3 events to a 400 req/s origin, 300 tier-1 events with them",
+		when := "with them"
+		if name == "f3" {
+			when = "3 s after them"
+		}
+		sc := scenario{Name: name, Title: "tier 1 behind a flood: 12,000 tier-3 events to a 400 req/s origin, 300 tier-1 events " + when,
 			Events: flood + urgent,
 			Tier: func(i int) tiers.Tier {
 				if i >= flood {
@@ -110,7 +113,6 @@ func scenarioNamed(name string, cfg config) scenario {
 			}}
 		if name == "f3" {
 			sc.Later, sc.After = urgent, 3*time.Second
-			sc.Title = strings.Replace(sc.Title, "with them", "3 s after them", 1)
 		}
 		return sc
 	case "e":

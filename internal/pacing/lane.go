@@ -152,7 +152,7 @@ func (l *lane) admit(p *Pacer, req Request, now time.Time) (*waiter, *Slot, time
 	defer l.mu.Unlock()
 	l.lastUsed = now
 	ti := req.Tier.Index()
-	if now.Before(l.paused) && !l.holdsLocked(ti, now) {
+	if now.Before(l.paused) && ti > l.heldToLocked(now) {
 		return nil, nil, l.paused
 	}
 	switch l.breaker {
@@ -272,10 +272,10 @@ const insensitive = 0.8
 // going back to the ladder.
 const maxHold = 2 * time.Second
 
-// holdsLocked tells whether a request of tier index ti waits out the
-// pause under way in the queue rather than going back to the ladder: any
-// pause of up to maxHold for tier 1; for the lower tiers, one that comes
-// settleFor after slow start ended. Sent back, a backlog runs through the
+// heldToLocked is the lowest tier index that waits out the pause under way
+// in the queue rather than going back to the ladder (-1: none): tier 1
+// through any pause of up to maxHold; the lower tiers too through one that
+// comes settleFor after slow start ended. Sent back, a backlog runs through the
 // ladder's first step as fast as it is consumed: a 1 s pause moved a
 // flood of 12,000 tier-3 events to the 8 s step, the origin idle for
 // 7 s, and round the ladder again when they all came due at once. The
@@ -284,11 +284,14 @@ const maxHold = 2 * time.Second
 // the origin runs short of it a second or two later, and a tier-1 burst
 // then would meet a second storm (held through that pause, tier 1 three
 // seconds into a flood had 76 to 202 of 300 sends throttled).
-func (l *lane) holdsLocked(ti int, now time.Time) bool {
-	if l.paused.Sub(now) > maxHold {
-		return false
+func (l *lane) heldToLocked(now time.Time) int {
+	switch {
+	case l.paused.Sub(now) > maxHold:
+		return -1
+	case !l.slowStart && now.Sub(l.settled) >= settleFor:
+		return 2
 	}
-	return ti == 0 || (!l.slowStart && now.Sub(l.settled) >= settleFor)
+	return 0
 }
 
 // burstFor is how much sending the bucket may save up while nothing waits:
@@ -1215,7 +1218,7 @@ func (l *lane) event(p *Pacer, e Event) {
 
 // wakeLocked hands free slots to waiters. When the origin is halted every
 // waiter goes back to the ladder; when it is paused, all but those that
-// wait it out (holdsLocked).
+// wait it out (heldToLocked).
 func (l *lane) wakeLocked(p *Pacer, now time.Time) {
 	if l.breaker != Closed {
 		for l.waiting > 0 {
@@ -1227,10 +1230,7 @@ func (l *lane) wakeLocked(p *Pacer, now time.Time) {
 	if now.Before(l.paused) {
 		// Those that wait out the pause stay (as in admit); the others
 		// go back to the ladder rather than block their callers for it.
-		keep := -1
-		for keep < 2 && l.holdsLocked(keep+1, now) {
-			keep++
-		}
+		keep := l.heldToLocked(now)
 		for {
 			w := l.evictLocked(keep)
 			if w == nil {
