@@ -654,7 +654,13 @@ func (l *lane) grantLocked(p *Pacer, req Request, now time.Time) *Slot {
 	if req.Retry {
 		l.retries++
 	}
-	safe := !l.slowStart && l.rate <= l.cfg.CutFactor*l.ceiling*1.001
+	// A send is safe, its 429 counted as background (backgroundLocked),
+	// at or below CutFactor of a ceiling that has stood settleFor since
+	// slow start: slow start's ceilings are taken over the burst allowance
+	// it spent (80/s against a limit of 20), and a limit's 429s under
+	// them, learnt as background, lifted the threshold past what the
+	// limit then throttled (4 to 6 429s a second at 20/s, uncut for 4 s).
+	safe := !l.slowStart && now.Sub(l.settled) >= settleFor && l.rate <= l.cfg.CutFactor*l.ceiling*1.001
 	probing := l.slowStart || (l.ceiling > 0 && l.rate > l.ceiling)
 	return &Slot{p: p, l: l, req: req, granted: now, safe: safe, probing: probing}
 }
@@ -793,7 +799,9 @@ func (l *lane) recordLocked(granted, now time.Time, throttled, failed, safe bool
 		*b = second{sec: sec}
 	}
 	b.attempts++
-	if safe {
+	// Answers to sends made before the last change are the evidence it
+	// was made on, the limit's 429s among them: none is background.
+	if safe && !granted.Before(l.judgeFrom) {
 		b.safe++
 		if throttled {
 			b.safeThrottled++

@@ -422,3 +422,64 @@ func TestPauseHoldsTheBacklog(t *testing.T) {
 		}
 	})
 }
+
+// TestBackgroundIsNotTheLimits: the 429 share learnt as background
+// (devices throttled one by one, which no cut helps) is taken from sends
+// made under a ceiling that has stood settleFor (5 s) since slow start,
+// and never from answers to sends made before a cut: slow start's ceiling
+// is taken over the burst allowance it spent, and both are the limit's
+// 429s. Learnt from them, a background lifts the threshold past what the
+// limit throttles (at 20 req/s the grid saw 4 to 6 429s a second, uncut
+// for 4 s).
+func TestBackgroundIsNotTheLimits(t *testing.T) {
+	const ms = time.Millisecond
+	// endSlowStart ends slow start with a pause, and waits it out.
+	endSlowStart := func(t *testing.T, h *harness) {
+		t.Helper()
+		h.send(rep(15, ok)...)
+		for range 40 {
+			h.send(throttled)
+			if until := h.lane().PausedUntil; until.After(h.clk.Now()) {
+				h.clk.Advance(until.Sub(h.clk.Now()))
+				return
+			}
+		}
+		t.Fatalf("no pause after 40 429s")
+	}
+	// oneIn25 is a second of sends, one in 25 answered 429 (4%: no cut).
+	oneIn25 := every(40*ms, 25, nil)
+	for i := range oneIn25 {
+		oneIn25[i].send = []push.Result{ok}
+	}
+	oneIn25[12].send = []push.Result{throttled}
+	inBubble(t, "429s in the first seconds after slow start", func(t *testing.T) {
+		h := newHarness(t, nil)
+		endSlowStart(t, h)
+		h.run(steps(oneIn25, oneIn25, oneIn25, oneIn25)) // 4 s, 100 answers
+		if bg := h.lane().Background; bg != 0 {
+			t.Errorf("background %.3f learnt in the first 4 s after slow start, want 0", bg)
+		}
+		// Once the ceiling has stood, a share that stays is background.
+		h.run(steps(oneIn25, oneIn25, oneIn25, oneIn25, oneIn25, oneIn25, oneIn25))
+		if bg := h.lane().Background; bg < 0.03 || bg > 0.05 {
+			t.Errorf("background %.3f after 5 s of 4%% 429s on a settled ceiling, want 4%%", bg)
+		}
+	})
+	inBubble(t, "429s to sends made before a cut", func(t *testing.T) {
+		h := newHarness(t, nil)
+		endSlowStart(t, h)
+		for range 10 {
+			h.run(oneIn25)
+		}
+		before := h.lane().Background
+		// A wave made at the settled rate comes back throttled: the first
+		// answers cut, and the rest answer sends made before the cut.
+		h.wave(100*ms, rep(30, throttled))
+		if !slices.ContainsFunc(h.rec.all(), func(e pacing.Event) bool { return e.Kind == "cut" || e.Kind == "pause" }) {
+			t.Fatalf("the wave of 429s cut nothing; events %v", h.rec.brief())
+		}
+		if bg := h.lane().Background; bg > before+0.005 {
+			t.Errorf("background %.3f after a wave of 429s that cut the rate, was %.3f: the limit's 429s learnt as background", bg, before)
+		}
+	})
+}
