@@ -914,14 +914,22 @@ func (l *lane) acceptedLocked(now time.Time) float64 {
 	if all > 0 {
 		k = min(max(int(math.Ceil(10*ticks/float64(all))), 1), judgeSpan)
 	}
+	// The tick under way counts by what of it has passed; a window that
+	// has had less than half a tick is left out: a few answers into it,
+	// it read a quarter of the limit, and pulled the median with it.
+	part := float64(now.UnixNano()%int64(tickSpan)) / float64(tickSpan)
 	var taken []float64
 	for w := 0; w+k <= ticks; w += k {
 		a, r := 0, 0
 		for i := w; i < w+k; i++ {
 			a, r = a+accepted[i], r+throttled[i]
 		}
-		if r > 0 {
-			taken = append(taken, float64(a)/(float64(k)*tickSpan.Seconds()))
+		span := float64(k)
+		if w == 0 {
+			span += part - 1
+		}
+		if r > 0 && span >= 0.5 {
+			taken = append(taken, float64(a)/(span*tickSpan.Seconds()))
 		}
 	}
 	if len(taken) >= 2 {
