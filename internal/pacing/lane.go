@@ -458,7 +458,18 @@ func (l *lane) growLocked(p *Pacer, now time.Time) {
 	// sends a second take minutes to prove more, one at a time, after the
 	// origin has recovered.
 	grown := l.rate + max(l.rate, l.cfg.StartRate/2)*(math.Pow(1+g, secs)-1)
-	l.rate = min(grown, max(l.probeCapLocked(now)*max(l.ceiling, l.fairLocked(now)), l.cfg.StartRate), maxRate)
+	// The probe is bounded by what this lane's origin has been seen to
+	// take (the ceiling); by an equal part of what the processors send
+	// together only while it has none. That part follows the rates it
+	// bounds, so processors probing together raised it in step: three of
+	// them sent 1.86× a limit that had doubled, in one second.
+	base := l.ceiling
+	if base <= 0 {
+		base = l.fairLocked(now)
+	}
+	// Growth never lowers the rate: a lane that recovered toward fair
+	// past its own bound waits there for a proof.
+	l.rate = max(l.rate, min(grown, max(l.probeCapLocked(now)*base, l.cfg.StartRate), maxRate))
 	if l.rate >= 1.2*l.raisedFrom && now.Sub(l.raisedAt) >= 2*time.Second {
 		l.raisedAt, l.raisedFrom = now, l.rate
 		l.event(p, Event{At: now, Kind: "raise"})

@@ -38,3 +38,32 @@ func TestAcceptedLeavesOutTheTickUnderWay(t *testing.T) {
 		t.Errorf("accepted %.0f/s, want about 400 (the whole tenths' median)", got)
 	}
 }
+
+// TestProbeBoundedByOwnCeiling: a lane sharing its origin probes up to
+// probeCap of what the origin was seen to take from it (its ceiling), not
+// of what its peers say they send: their rates rise with its own, and a
+// bound taken from them rose in step (three processors sent 1.88× a limit
+// that had doubled, in one second).
+func TestProbeBoundedByOwnCeiling(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	p, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLane("https://push.example.net", p, start)
+	l.slowStart, l.rate, l.ceiling, l.latency = false, 100, 100, 0.05
+	l.lastCut = start.Add(-time.Minute)
+	l.peers = map[string]peer{}
+	for s := 1; s <= 20; s++ {
+		now := start.Add(time.Duration(s) * time.Second)
+		// Peers probing in step with this lane.
+		for _, name := range []string{"p1", "p2"} {
+			l.peers[name] = peer{rate: l.rate, at: now}
+		}
+		l.starved = true
+		l.growLocked(p, now)
+	}
+	if l.rate > probeCap*l.ceiling*1.0001 {
+		t.Errorf("rate %.0f after 20 s of probing in step with its peers, want at most %.0f (probeCap of the ceiling %.0f)", l.rate, probeCap*l.ceiling, l.ceiling)
+	}
+}
