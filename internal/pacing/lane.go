@@ -1005,18 +1005,14 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 	if storm || cut {
 		acc = l.acceptedLocked(now)
 		// A storm is a share past HaltRate, once slow start has settled,
-		// on twice MinSamples fresh answers, or on every answer of the
-		// last stormSpan: on the ten fresh answers a cut is made on, 30%
-		// thrown at random reads 20% or less four times in ten (through
-		// Kafka the breaker then never opened in one run in ten), and 10%
-		// reads more than 20% one time in fifteen. Never on fewer fresh
-		// answers: a peer's cut starts the judgement again, and three
-		// processors sharing 20 req/s at 500 ms read a limit's 429s as
-		// storms on the few answers left, and opened the breaker in one
-		// draw in six.
+		// on twice MinSamples fresh answers where there are, or on every
+		// answer of the last stormSpan: on the ten fresh answers a cut is
+		// made on, 30% thrown at random reads 20% or less four times in
+		// ten (through Kafka the breaker then never opened in one run in
+		// ten), and 10% reads more than 20% one time in fifteen.
 		wide := l.freshLocked(now, 2*l.cfg.MinSamples)
 		stormy = now.Sub(l.settled) >= settleFor &&
-			(wide.n >= 2*l.cfg.MinSamples && float64(wide.throttled) > l.cfg.HaltRate*float64(wide.n) || l.stormyLocked(now))
+			(float64(wide.throttled) > l.cfg.HaltRate*float64(wide.n) || l.stormyLocked(now))
 		// The last cut, itself a storm's, changed nothing: the rate has
 		// not grown past what the origin was seen to take (the ceiling),
 		// the share has not fallen, and the origin accepted less than was

@@ -483,35 +483,3 @@ func TestBackgroundIsNotTheLimits(t *testing.T) {
 		}
 	})
 }
-
-// TestStormsNeedEnoughAnswers: a storm that counts toward opening the
-// breaker is judged on twice MinSamples fresh answers, or on every answer
-// of the last stormSpan; a peer's cut starts the judgement again, and
-// processors sharing a low limit each see a few answers a second: on the
-// ten fresh answers left, the limit's 429s read past 20% again and again,
-// and the breaker opened on a limit (20 req/s, three processors, 500 ms:
-// one draw in six).
-func TestStormsNeedEnoughAnswers(t *testing.T) {
-	const s, ms = time.Second, time.Millisecond
-	inBubble(t, "", func(t *testing.T) {
-		h := newHarness(t, nil)
-		h.send(rep(15, ok)...)
-		for range 40 {
-			h.send(throttled)
-			if h.lane().PausedUntil.After(h.clk.Now()) {
-				break
-			}
-		}
-		h.clk.Advance(h.lane().PausedUntil.Sub(h.clk.Now()) + 6*s) // settled
-		for round := range 6 {
-			h.run(every(50*ms, 40, []push.Result{ok}))
-			h.p.Apply(pacing.Signal{Origin: origin, From: "peer", At: h.clk.Now(), Kind: pacing.SignalCut})
-			h.clk.Advance(100 * ms)
-			h.send(cat(rep(14, ok), rep(6, throttled))...)
-			if l := h.lane(); l.Breaker != "closed" {
-				t.Fatalf("round %d: breaker %s on 6 429s in 20 answers after a peer's cut, the last 10 s at 10%%; events %v", round+1, l.Breaker, h.rec.brief())
-			}
-			h.clk.Advance(max(h.lane().PausedUntil.Sub(h.clk.Now()), 0) + s)
-		}
-	})
-}
