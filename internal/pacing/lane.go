@@ -927,7 +927,7 @@ func (l *lane) acceptedLocked(now time.Time) float64 {
 	}
 	// The tick under way counts by what of it has passed; a window that
 	// has had less than half a tick is left out: a few answers into it,
-	// it read a quarter of the limit, and pulled the median with it.
+	// it read a tenth of the limit, and pulled the median with it.
 	part := float64(now.UnixNano()%int64(tickSpan)) / float64(tickSpan)
 	var taken []float64
 	for w := 0; w+k <= ticks; w += k {
