@@ -1004,15 +1004,7 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 	var acc float64 // what the origin accepted: worked out only for a change
 	if storm || cut {
 		acc = l.acceptedLocked(now)
-		// A storm is a share past HaltRate, once slow start has settled,
-		// on twice MinSamples fresh answers where there are, or on every
-		// answer of the last stormSpan: on the ten fresh answers a cut is
-		// made on, 30% thrown at random reads 20% or less four times in
-		// ten (through Kafka the breaker then never opened in one run in
-		// ten), and 10% reads more than 20% one time in fifteen.
-		wide := l.freshLocked(now, 2*l.cfg.MinSamples)
-		stormy = now.Sub(l.settled) >= settleFor &&
-			(float64(wide.throttled) > l.cfg.HaltRate*float64(wide.n) || l.stormyLocked(now))
+		stormy = l.stormyLocked(now)
 		// The last cut, itself a storm's, changed nothing: the rate has
 		// not grown past what the origin was seen to take (the ceiling),
 		// the share has not fallen, and the origin accepted less than was
@@ -1069,13 +1061,34 @@ const (
 	settleFor = 5 * time.Second
 )
 
-// stormyLocked tells whether the 429 share of the answers of the last
-// stormSpan, from settleFor after slow start ended, is past HaltRate, on
-// twice MinSamples answers at least.
+// stormyLocked tells whether the 429s a change is made on are a storm: a
+// share past HaltRate, once slow start has settled, on twice MinSamples
+// fresh answers, or on every answer of the last stormSpan or further back
+// until there are as many. On the ten fresh answers a cut is made on, 30%
+// thrown at random reads 20% or less four times in ten (through Kafka the
+// breaker then never opened in one run in ten), 10% reads more than 20%
+// one time in fifteen, and three processors at 500 ms per push, each a few
+// sends a second, read a limit's 429s as four storms in a row one draw in
+// six. A lane cut to a send or two a second by random 429s finds its
+// twenty answers further back.
 func (l *lane) stormyLocked(now time.Time) bool {
-	from := max(now.Add(-stormSpan).Unix(), l.settled.Add(settleFor).Unix())
+	if now.Sub(l.settled) < settleFor {
+		return false
+	}
+	wide := l.freshLocked(now, 2*l.cfg.MinSamples)
+	return wide.n >= 2*l.cfg.MinSamples && float64(wide.throttled) > l.cfg.HaltRate*float64(wide.n) || l.stormyAllLocked(now)
+}
+
+// stormyAllLocked tells whether the 429 share of every answer of the last
+// stormSpan, or of as many seconds before it as it takes to hold twice
+// MinSamples answers (up to Window), is past HaltRate; answers from the
+// first settleFor after slow start, which converge on the limit from
+// above, are left out.
+func (l *lane) stormyAllLocked(now time.Time) bool {
+	from := max(now.Add(-min(l.cfg.Window, time.Duration(len(l.seconds))*time.Second)).Unix()+1, l.settled.Add(settleFor).Unix())
+	span := now.Add(-stormSpan).Unix()
 	n, k := 0, 0
-	for sec := from; sec <= now.Unix(); sec++ {
+	for sec := now.Unix(); sec >= from && (sec > span || n < 2*l.cfg.MinSamples); sec-- {
 		if b := l.seconds[int(sec%int64(len(l.seconds)))]; b.sec == sec {
 			n, k = n+b.attempts, k+b.throttled
 		}
@@ -1083,7 +1096,7 @@ func (l *lane) stormyLocked(now time.Time) bool {
 	return n >= 2*l.cfg.MinSamples && float64(k) > l.cfg.HaltRate*float64(n)
 }
 
-// stormSpan is how far back stormyLocked looks.
+// stormSpan is the least span stormyAllLocked looks back over.
 const stormSpan = 10 * time.Second
 
 // cleanSamples, in MinSamples, is how many answers a clean judgement,

@@ -67,3 +67,51 @@ func TestProbeBoundedByOwnCeiling(t *testing.T) {
 		t.Errorf("rate %.0f after 20 s of probing in step with its peers, want at most %.0f (probeCap of the ceiling %.0f)", l.rate, probeCap*l.ceiling, l.ceiling)
 	}
 }
+
+// TestStormJudgedOnTwentyAnswers: a storm, which counts toward opening
+// the breaker, is judged on twenty answers. Ten fresh answers after a
+// peer's cut, three of them 429s, are a limit's 429s while the last 10 s
+// of answers hold 5% (three processors at 500 ms per push, each a few
+// sends a second, opened the breaker one draw in six on them); a lane cut
+// to a send a second by a service refusing half of all sends at random
+// finds its twenty answers further back than 10 s.
+func TestStormJudgedOnTwentyAnswers(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	p, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	newSettled := func() *lane {
+		l := newLane("https://push.example.net", p, start)
+		l.slowStart, l.settled = false, start
+		return l
+	}
+	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
+
+	// A limit's 429s: 60 s of six answers a second, one in twenty a 429,
+	// then a peer's cut and ten fresh answers, three of them 429s.
+	l := newSettled()
+	for i := range 360 {
+		now := at(float64(i) / 6)
+		l.recordLocked(now.Add(-500*time.Millisecond), now, i%20 == 0, false, false)
+	}
+	cut := at(60)
+	l.restartLocked(cut)
+	for i := range 10 {
+		now := cut.Add(time.Duration(600+50*i) * time.Millisecond)
+		l.recordLocked(now.Add(-500*time.Millisecond), now, i < 3, false, false)
+	}
+	if now := cut.Add(1100 * time.Millisecond); l.stormyLocked(now) {
+		t.Errorf("a limit's 429s (5%% over 10 s, 3 of 10 fresh answers) judged a storm")
+	}
+
+	// Random 429s at a send a second: 30 s of answers, every other a 429.
+	l = newSettled()
+	for i := range 30 {
+		now := at(30 + float64(i))
+		l.recordLocked(now.Add(-10*time.Millisecond), now, i%2 == 0, false, false)
+	}
+	if now := at(59.5); !l.stormyLocked(now) {
+		t.Errorf("half of the answers of the last 30 s 429s, at a send a second: not judged a storm")
+	}
+}
