@@ -329,6 +329,14 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 		return err
 	}
 	defer pcl.Close()
+	// The Later events come from an upstream service of their own, as a
+	// transactional service's would: a client of their own, not queued
+	// behind the others in one producer's buffers.
+	lcl, err := kgo.NewClient(append(r.kopts, kgo.ProducerLinger(2*time.Millisecond))...)
+	if err != nil {
+		return err
+	}
+	defer lcl.Close()
 	ocl, err := kgo.NewClient(append(r.kopts, kgo.ConsumeTopics(r.names.Outcomes()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	if err != nil {
 		return err
@@ -363,16 +371,21 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 	prodErr := make(chan error, 1)
 	go func() {
 		first, later := r.evs[:len(r.evs)-sc.Later], r.evs[len(r.evs)-sc.Later:]
-		err := produce(ctx, pcl, first, sc.Offered, &r.produced)
-		if err == nil && len(later) > 0 {
+		laterErr := make(chan error, 1)
+		go func() {
+			if len(later) == 0 {
+				laterErr <- nil
+				return
+			}
 			select {
 			case <-ctx.Done():
-				err = ctx.Err()
+				laterErr <- ctx.Err()
 			case <-time.After(sc.After):
-				err = produce(ctx, pcl, later, 0, &r.produced)
+				laterErr <- produce(ctx, lcl, later, 0, &r.produced)
 			}
-		}
-		prodErr <- err
+		}()
+		err := produce(ctx, pcl, first, sc.Offered, &r.produced)
+		prodErr <- errors.Join(err, <-laterErr)
 	}()
 
 	sampler := time.NewTicker(time.Second)

@@ -31,8 +31,8 @@ type scenario struct {
 	Processors int
 	// Tier, when set, gives event i's tier (default tierOf).
 	Tier func(i int) tiers.Tier
-	// The last Later events are produced After the others (the others
-	// still at Offered, or at once).
+	// The last Later events are produced After the others start (the
+	// others still at Offered, or at once), by a producer of their own.
 	Later int
 	After time.Duration
 }
@@ -91,9 +91,10 @@ func scenarioNamed(name string, cfg config) scenario {
 	case "f0", "f3":
 		// The pacing issue's priority case: 12,000 tier-3 events produced
 		// at once to one push service allowing 400 requests/s (a second of
-		// burst), 20 ms per push, and 300 tier-1 events with them, in the
-		// same pass of the producer (f0), or 3 s later (f3); tier 1's p99
-		// from production to delivery is judged.
+		// burst), 20 ms per push, and 300 tier-1 events at the same
+		// moment (f0) or 3 s later (f3), from a producer of their own, as
+		// from a service of their own; tier 1's p99 from production to
+		// delivery is judged.
 		const flood, urgent = 12_000, 300
 		when := "with them"
 		if name == "f3" {
@@ -111,8 +112,9 @@ func scenarioNamed(name string, cfg config) scenario {
 				c.RateLimit, c.Burst, c.RetryAfter = 400, 0, 1 // a second of burst
 				c.Latency, c.LatencyJitter = 20*time.Millisecond, 5*time.Millisecond
 			}}
+		sc.Later = urgent
 		if name == "f3" {
-			sc.Later, sc.After = urgent, 3*time.Second
+			sc.After = 3 * time.Second
 		}
 		return sc
 	case "e":
