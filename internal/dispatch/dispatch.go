@@ -563,7 +563,7 @@ func NewHTTPClient(c HTTPConfig) *http.Client {
 		t.TLSClientConfig = c.TLS.clientConfig()
 	}
 	return &http.Client{
-		Transport: t,
+		Transport: newConns(t, c.MaxConnsPerHost, 10*time.Second),
 		Timeout:   c.SendTimeout + 5*time.Second,
 		// A push service answers; it does not redirect. Following one would
 		// send the capability URL's payload somewhere unchecked.

@@ -29,8 +29,7 @@ func BenchmarkSend(b *testing.B) {
 	defer srv.Close()
 
 	keys := newKeys(b)
-	hc := dispatch.NewHTTPClient(dispatch.HTTPConfig{})
-	hc.Transport.(*http.Transport).TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	hc := dispatch.NewHTTPClient(dispatch.HTTPConfig{TLS: &dispatch.TLSConfig{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}})
 	defer hc.CloseIdleConnections()
 	w, err := dispatch.New(dispatch.Config{VAPID: dispatch.VAPID{PublicKey: keys.pub, PrivateKey: keys.priv, Subject: subject}}, hc)
 	if err != nil {
