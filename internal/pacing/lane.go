@@ -925,21 +925,22 @@ func (l *lane) acceptedLocked(now time.Time) float64 {
 	if all > 0 {
 		k = min(max(int(math.Ceil(10*ticks/float64(all))), 1), judgeSpan)
 	}
-	// The windows are of whole ticks: the tick under way is left out.
-	// Counted as a whole tick, a few answers into it read a tenth of the
-	// limit and pulled the median down (the cut that ends slow start
-	// landed at 260-420/s on a 400/s origin); counted by what of it has
-	// passed, answers that came in a clump (on the real clock, two busy
-	// cores) read up to three times the limit, and cuts toward it
-	// changed nothing (500/s at 15-25 ms: 5.1-5.3% 429s).
+	// The tick under way counts by what of it has passed; a window that
+	// has had less than half a tick is left out: a few answers into it,
+	// it read a tenth of the limit, and pulled the median with it.
+	part := float64(now.UnixNano()%int64(tickSpan)) / float64(tickSpan)
 	var taken []float64
-	for w := 1; w+k <= ticks; w += k {
+	for w := 0; w+k <= ticks; w += k {
 		a, r := 0, 0
 		for i := w; i < w+k; i++ {
 			a, r = a+accepted[i], r+throttled[i]
 		}
-		if r > 0 {
-			taken = append(taken, float64(a)/(float64(k)*tickSpan.Seconds()))
+		span := float64(k)
+		if w == 0 {
+			span += part - 1
+		}
+		if r > 0 && span >= 0.5 {
+			taken = append(taken, float64(a)/(span*tickSpan.Seconds()))
 		}
 	}
 	if len(taken) >= 2 {
