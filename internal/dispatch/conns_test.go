@@ -37,15 +37,20 @@ func burst(t *testing.T, hc *http.Client, url string, n int) int {
 	return int(failed.Load())
 }
 
+// countingDial dials as a plain net.Dialer, counting its dials.
+func countingDial(dials *atomic.Int64) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return d.DialContext(ctx, network, addr)
+	}
+}
+
 // countingClient is NewHTTPClient trusting srv, counting its dials.
 func countingClient(srv *httptest.Server, dials *atomic.Int64) *http.Client {
-	d := &net.Dialer{}
 	return dispatch.NewHTTPClient(dispatch.HTTPConfig{
-		TLS: &dispatch.TLSConfig{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs},
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			dials.Add(1)
-			return d.DialContext(ctx, network, addr)
-		},
+		TLS:         &dispatch.TLSConfig{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs},
+		DialContext: countingDial(dials),
 	})
 }
 
@@ -117,13 +122,7 @@ func TestDialFailureFails(t *testing.T) {
 	url := "https://" + ln.Addr().String()
 	ln.Close()
 	var dials atomic.Int64
-	d := &net.Dialer{}
-	hc := dispatch.NewHTTPClient(dispatch.HTTPConfig{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			dials.Add(1)
-			return d.DialContext(ctx, network, addr)
-		},
-	})
+	hc := dispatch.NewHTTPClient(dispatch.HTTPConfig{DialContext: countingDial(&dials)})
 	for round := 1; round <= 2; round++ {
 		if failed := burst(t, hc, url, 10); failed != 10 {
 			t.Errorf("round %d: %d of 10 sends to a closed port failed, want 10", round, failed)

@@ -5,6 +5,23 @@ import (
 	"time"
 )
 
+// testPacer is a pacer of the default configuration.
+func testPacer(t *testing.T) *Pacer {
+	t.Helper()
+	p, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// testLane is a new lane of a testPacer, for an origin, created at start.
+func testLane(t *testing.T, start time.Time) (*Pacer, *lane) {
+	t.Helper()
+	p := testPacer(t)
+	return p, newLane("https://push.example.net", p, start)
+}
+
 // TestAcceptedLeavesOutTheTickUnderWay: what the origin accepted while it
 // refused is the median over windows of answers; a tick a few
 // milliseconds old holds a few answers and must not count as a whole
@@ -13,11 +30,7 @@ import (
 // origin of 400 (tier 1 behind a flood then waited for a second round).
 func TestAcceptedLeavesOutTheTickUnderWay(t *testing.T) {
 	start := time.Unix(1_800_000_000, 0)
-	p, err := New(DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newLane("https://push.example.net", p, start)
+	_, l := testLane(t, start)
 	// answer records n answers (k of them 429s) spread over the tick
 	// starting at, from its first millisecond.
 	answer := func(at time.Time, n, k int) {
@@ -46,11 +59,7 @@ func TestAcceptedLeavesOutTheTickUnderWay(t *testing.T) {
 // that had doubled, in one second).
 func TestProbeBoundedByOwnCeiling(t *testing.T) {
 	start := time.Unix(1_800_000_000, 0)
-	p, err := New(DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newLane("https://push.example.net", p, start)
+	p, l := testLane(t, start)
 	l.slowStart, l.rate, l.ceiling, l.latency = false, 100, 100, 0.05
 	l.lastCut = start.Add(-time.Minute)
 	l.peers = map[string]peer{}
@@ -77,10 +86,7 @@ func TestProbeBoundedByOwnCeiling(t *testing.T) {
 // finds its twenty answers further back than 10 s.
 func TestStormJudgedOnTwentyAnswers(t *testing.T) {
 	start := time.Unix(1_800_000_000, 0)
-	p, err := New(DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := testPacer(t)
 	newSettled := func() *lane {
 		l := newLane("https://push.example.net", p, start)
 		l.slowStart, l.settled = false, start
