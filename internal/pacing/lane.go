@@ -70,6 +70,8 @@ const (
 type peer struct {
 	rate float64
 	at   time.Time
+	// answers and throttled: its rolling counts (rollingLocked).
+	answers, throttled int
 }
 
 type lane struct {
@@ -1017,7 +1019,12 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		held = stormy && l.storms > 0 && acc > 0 && acc < l.rate && l.rate <= l.ceiling && share >= insensitive*l.cutShare
 	}
 	switch {
-	case stormy && l.storms >= maxStorms-1:
+	case float64(f.throttled) > l.cfg.HaltRate*float64(f.n) && l.haltingLocked(now):
+		// Cut after cut, the rolling 429 share stays past HaltRate: the
+		// 429s do not follow the rate.
+		l.storms = 0
+		l.openLocked(p, now, share)
+	case stormy && l.storms >= maxStorms-1 && l.rollingPastLocked(now):
 		// The storms go on however far the rate is cut: these 429s do not
 		// follow the rate (a service throttling at random, or failing
 		// with 429s). Halt the origin; half-open probes decide, and it
@@ -1095,6 +1102,69 @@ func (l *lane) stormyAllLocked(now time.Time) bool {
 	}
 	return n >= 2*l.cfg.MinSamples && float64(k) > l.cfg.HaltRate*float64(n)
 }
+
+// haltingLocked tells whether the 429 share of every answer since the
+// origin's lanes settled (leaving out settleFor after slow start, which
+// converges on the limit from above), over the rolling Window, is past
+// HaltRate with Confidence on haltSamples answers at least, though this
+// lane has cut in that time. The answers are this processor's and those
+// its peers last reported. It is the rule as users read it, "halt past
+// 20%", and it catches what a run of storms can miss: lanes cut to a send
+// or two a second by 429s thrown at random judge each storm on a handful
+// of answers, and one draw in three hundred of three processors at 30%
+// never counted four storms in a row before the minute was out.
+func (l *lane) haltingLocked(now time.Time) bool {
+	n, k, cut := l.rollingAllLocked(now)
+	return cut && n >= haltSamples*l.cfg.MinSamples && aboveZ(k, n, l.cfg.HaltRate, l.z)
+}
+
+// rollingPastLocked tells whether the rolling share haltingLocked judges
+// is past HaltRate at all, on twice MinSamples answers: a run of storms
+// opens the breaker only then. Storms are judged on twenty answers each,
+// and 10% thrown at random read as four in a row in about one draw of a
+// minute in five hundred; over the rolling minute it reads 10%.
+func (l *lane) rollingPastLocked(now time.Time) bool {
+	n, k, _ := l.rollingAllLocked(now)
+	return n >= 2*l.cfg.MinSamples && float64(k) > l.cfg.HaltRate*float64(n)
+}
+
+// rollingAllLocked adds the rolling counts (rollingLocked) of this lane and
+// of the peers that reported within peerFresh, and tells whether this lane
+// has cut since its counts begin.
+func (l *lane) rollingAllLocked(now time.Time) (n, k int, cut bool) {
+	n, k, from := l.rollingLocked(now)
+	if n == 0 {
+		return 0, 0, false
+	}
+	for _, pr := range l.peers {
+		if now.Sub(pr.at) <= peerFresh {
+			n, k = n+pr.answers, k+pr.throttled
+		}
+	}
+	return n, k, l.lastCut.After(from)
+}
+
+// rollingLocked counts the answers haltingLocked judges this lane on, and
+// their 429s: those of the rolling Window since settleFor after slow start
+// ended, none while in slow start or while the breaker is not closed.
+func (l *lane) rollingLocked(now time.Time) (n, k int, from time.Time) {
+	if l.slowStart || l.breaker != Closed {
+		return 0, 0, now
+	}
+	from = l.settled.Add(settleFor)
+	if w := now.Add(-min(l.cfg.Window, time.Duration(len(l.seconds))*time.Second)); w.After(from) {
+		from = w
+	}
+	for sec := now.Unix(); sec > from.Unix(); sec-- {
+		if b := l.seconds[int(sec%int64(len(l.seconds)))]; b.sec == sec {
+			n, k = n+b.attempts, k+b.throttled
+		}
+	}
+	return n, k, from
+}
+
+// haltSamples, in MinSamples, is how many answers haltingLocked needs.
+const haltSamples = 5
 
 // stormSpan is the least span stormyAllLocked looks back over.
 const stormSpan = 10 * time.Second
@@ -1210,7 +1280,7 @@ func (l *lane) apply(p *Pacer, s Signal, now time.Time) {
 		l.peers = make(map[string]peer)
 	}
 	if s.Rate > 0 && now.Sub(s.At) <= peerFresh {
-		l.peers[s.From] = peer{rate: s.Rate, at: s.At}
+		l.peers[s.From] = peer{rate: s.Rate, at: s.At, answers: s.Answers, throttled: s.Throttled}
 	}
 	switch s.Kind {
 	case SignalRate:
@@ -1247,7 +1317,8 @@ func (l *lane) apply(p *Pacer, s Signal, now time.Time) {
 // signalLocked tells the pacer's peers of a change (WithSignals).
 func (l *lane) signalLocked(p *Pacer, now time.Time, kind string, until time.Time) {
 	l.reported = now
-	p.signal(Signal{Origin: l.origin, At: now, Kind: kind, Rate: l.rate, Accepted: l.acceptedLocked(now), Until: until, Storms: l.storms})
+	n, k, _ := l.rollingLocked(now)
+	p.signal(Signal{Origin: l.origin, At: now, Kind: kind, Rate: l.rate, Accepted: l.acceptedLocked(now), Until: until, Storms: l.storms, Answers: n, Throttled: k})
 }
 
 // event reports e for this lane, with the lane's figures after it.

@@ -121,3 +121,57 @@ func TestStormJudgedOnTwentyAnswers(t *testing.T) {
 		t.Errorf("half of the answers of the last 30 s 429s, at a send a second: not judged a storm")
 	}
 }
+
+// TestHaltOnRollingShare: the breaker's rule as users read it, "halt past
+// 20%": over the answers of the rolling window since the lane settled,
+// this processor's and those its peers report, a 429 share past HaltRate
+// with Confidence, once a cut has not ended it. A run of storms opens the
+// breaker only where that share is past HaltRate at all. A lane cut to a few sends
+// a second by 429s thrown at random judges each storm on a handful of
+// answers and could miss four in a row for the whole minute; the rolling
+// share does not. 10% at random stays below it, and so do answers that no
+// cut has been tried on.
+func TestHaltOnRollingShare(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	p := testPacer(t)
+	// lane is settled at start and cut a second after settleFor, then
+	// answers three times a second for secs seconds, every throttleEvery-th
+	// a 429 (none if 0).
+	lane := func(secs, throttleEvery int) (*lane, time.Time) {
+		l := newLane("https://push.example.net", p, start)
+		l.slowStart, l.settled, l.lastCut = false, start, start.Add(settleFor+time.Second)
+		now := l.lastCut
+		for i := range 3 * secs {
+			now = l.lastCut.Add(time.Duration(i+1) * time.Second / 3)
+			l.recordLocked(now.Add(-100*time.Millisecond), now, throttleEvery > 0 && i%throttleEvery == 0, false, false)
+		}
+		return l, now
+	}
+
+	if l, now := lane(25, 3); !l.haltingLocked(now) {
+		t.Errorf("a third of 75 answers over 25 s 429s: the breaker's rule did not hold")
+	}
+	if l, now := lane(50, 10); l.haltingLocked(now) || l.rollingPastLocked(now) {
+		t.Errorf("a tenth of 150 answers 429s: the breaker's rule held, or a run of storms could open it, below the halt share")
+	}
+	if l, now := lane(10, 3); !l.rollingPastLocked(now) {
+		t.Errorf("a third of 30 answers 429s: a run of storms could not open the breaker")
+	}
+	if l, now := lane(25, 3); func() bool { l.lastCut = start; return l.haltingLocked(now) }() {
+		t.Errorf("a third of the answers 429s but no cut tried on them: the breaker's rule held")
+	}
+
+	// Three processors: ten seconds of this one's answers are too few
+	// alone; with what its peers report they are enough.
+	l, now := lane(10, 3)
+	if l.haltingLocked(now) {
+		t.Errorf("30 answers alone, under the %d the rule needs: it held", haltSamples*l.cfg.MinSamples)
+	}
+	l.peers = map[string]peer{
+		"p1": {rate: 3, at: now, answers: 30, throttled: 10},
+		"p2": {rate: 3, at: now.Add(-2 * peerFresh), answers: 300, throttled: 0}, // no longer fresh
+	}
+	if !l.haltingLocked(now) {
+		t.Errorf("a third of 60 answers 429s, 30 of them a peer's: the breaker's rule did not hold")
+	}
+}

@@ -24,6 +24,11 @@ type Signal struct {
 	// did not follow the rate; the count is the origin's, shared like its
 	// pauses, and the breaker opens when it reaches four.
 	Storms int
+	// Answers and Throttled count the sender's answers from the origin,
+	// and the 429s among them, over the rolling window since its pacing
+	// settled: the breaker opens when, together, more than HaltRate of
+	// them are 429s.
+	Answers, Throttled int
 }
 
 // Signal kinds.

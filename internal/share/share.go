@@ -53,6 +53,9 @@ type record struct {
 	Accepted float64 `json:"accepted,omitempty"`
 	Until    int64   `json:"until_ms,omitempty"`
 	Storms   int     `json:"storms,omitempty"`
+	// Answers and Throttled: the sender's rolling counts (pacing.Signal).
+	Answers   int `json:"answers,omitempty"`
+	Throttled int `json:"throttled,omitempty"`
 }
 
 // queued bounds the signals waiting to be produced.
@@ -146,7 +149,7 @@ func (e *Exchange) produce(ctx context.Context) {
 		e.queue = nil
 		e.mu.Unlock()
 		for _, s := range batch {
-			r := record{From: e.cfg.From, Kind: s.Kind, At: s.At.UnixMilli(), Rate: s.Rate, Accepted: s.Accepted, Storms: s.Storms}
+			r := record{From: e.cfg.From, Kind: s.Kind, At: s.At.UnixMilli(), Rate: s.Rate, Accepted: s.Accepted, Storms: s.Storms, Answers: s.Answers, Throttled: s.Throttled}
 			if !s.Until.IsZero() {
 				r.Until = s.Until.UnixMilli()
 			}
@@ -173,7 +176,7 @@ func (e *Exchange) apply(rec *kgo.Record) {
 	if len(rec.Key) == 0 || json.Unmarshal(rec.Value, &r) != nil || r.From == e.cfg.From || r.Kind == "" {
 		return
 	}
-	s := pacing.Signal{Origin: string(rec.Key), From: r.From, Kind: r.Kind, At: time.UnixMilli(r.At), Rate: r.Rate, Accepted: r.Accepted, Storms: r.Storms}
+	s := pacing.Signal{Origin: string(rec.Key), From: r.From, Kind: r.Kind, At: time.UnixMilli(r.At), Rate: r.Rate, Accepted: r.Accepted, Storms: r.Storms, Answers: r.Answers, Throttled: r.Throttled}
 	if r.Until != 0 {
 		s.Until = time.UnixMilli(r.Until)
 	}

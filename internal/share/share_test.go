@@ -137,3 +137,34 @@ func TestPauseReachesPeers(t *testing.T) {
 		t.Errorf("a's exchange: applied %d, sent %d, dropped %d", applied, sent, dropped)
 	}
 }
+
+// TestSignalCarriesEveryField: a signal reaches a peer through push.pacing
+// with every figure it was published with, the rolling answer counts the
+// breaker judges on among them.
+func TestSignalCarriesEveryField(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "push.pacing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a, b := start(t, c, "a"), start(t, c, "b")
+	at := time.Now().Truncate(time.Millisecond)
+	want := pacing.Signal{Origin: origin, From: "a", At: at, Kind: pacing.SignalCut, Rate: 12.5, Accepted: 11,
+		Until: at.Add(time.Second), Storms: 2, Answers: 90, Throttled: 29}
+	a.ex.Publish(want)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(b.rec.signals()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("b heard nothing in 5 s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a deadline, not waiting a fixed time
+	}
+	got := b.rec.signals()[0]
+	if !got.At.Equal(want.At) || !got.Until.Equal(want.Until) {
+		t.Errorf("times: got at %s until %s, want %s and %s", got.At, got.Until, want.At, want.Until)
+	}
+	got.At, got.Until, want.At, want.Until = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	if got != want {
+		t.Errorf("b got %+v, want %+v", got, want)
+	}
+}
