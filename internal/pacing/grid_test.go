@@ -475,11 +475,12 @@ func writeGridReport(dir, table string, runs map[string]gridResult) error {
 }
 
 // TestBreakerOnRandom429s: a service that answers a share of sends 429 at
-// random, whatever the rate, until it recovers at 40 s. Above the halt
-// share (20%) the breaker opens inside the rolling minute and nothing is
-// sent while it is open; once the service recovers it closes and sending
-// comes back. At 10% nothing opens. Each case over several draws: one
-// draw is one order of the goroutines on the fake clock.
+// random, whatever the rate, for the rolling minute the halt share is
+// judged over, then recovers. Above the halt share (20%) the breaker opens
+// inside that minute and nothing is sent while it is open; once the
+// service recovers it closes and sending comes back. At 10% nothing opens.
+// Each case over several draws: one draw is one order of the goroutines on
+// the fake clock.
 func TestBreakerOnRandom429s(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of fake time per draw")
@@ -490,9 +491,10 @@ func TestBreakerOnRandom429s(t *testing.T) {
 		wantOpen   bool
 	}{{0.30, 1, true}, {0.50, 1, true}, {0.30, 3, true}, {0.10, 1, false}} {
 		t.Run(fmt.Sprintf("share=%v/processors=%d", c.share, c.processors), func(t *testing.T) {
+			const recoverAt = 60
 			for draw := range 4 {
 				r := runGrid(t, gridCase{limit: 100, latency: 10 * time.Millisecond, processors: c.processors, window: 64,
-					seconds: 70, random429: c.share, recoverAt: 40})
+					seconds: recoverAt + 30, random429: c.share, recoverAt: recoverAt})
 				t.Logf("draw %d: opened at %v, closed at %v", draw+1, r.opened, r.closed)
 				if os.Getenv("PACING_TIMELINE") != "" {
 					for s, ps := range r.perSecond {
@@ -505,21 +507,21 @@ func TestBreakerOnRandom429s(t *testing.T) {
 					}
 					continue
 				}
-				if len(r.opened) == 0 || r.opened[0] > 60 {
+				if len(r.opened) == 0 || r.opened[0] > recoverAt {
 					t.Errorf("draw %d: the breaker did not open inside the minute (opened at %v); events:\n%s", draw+1, r.opened, strings.Join(r.events, "\n"))
 					continue
 				}
 				if len(r.closed) == 0 || r.opened[len(r.opened)-1] > r.closed[len(r.closed)-1] {
-					t.Errorf("draw %d: the breaker did not end closed after the service recovered at 40 s (opened %v, closed %v)", draw+1, r.opened, r.closed)
+					t.Errorf("draw %d: the breaker did not end closed after the service recovered at %d s (opened %v, closed %v)", draw+1, recoverAt, r.opened, r.closed)
 				}
 				// Recovered, the origin is sent to again: at least the
 				// start rate (20/s) on average over the half minute left.
 				late := 0
-				for _, ps := range r.perSecond[40:] {
+				for _, ps := range r.perSecond[recoverAt:] {
 					late += ps.ok
 				}
 				if late < 600 {
-					t.Errorf("draw %d: %d sends delivered after the service recovered at 40 s, want 600 at least; events:\n%s", draw+1, late, strings.Join(r.events, "\n"))
+					t.Errorf("draw %d: %d sends delivered after the service recovered at %d s, want 600 at least; events:\n%s", draw+1, late, recoverAt, strings.Join(r.events, "\n"))
 				}
 			}
 		})
