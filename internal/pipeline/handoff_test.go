@@ -426,8 +426,10 @@ func TestHandoffCommitIsLast(t *testing.T) {
 	b := startMember(t, env)
 	waitMembers(ctx, t, env, 2)
 	// The new member holds the first record of each partition it took
-	// over until it is due.
-	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	// over until it is due. The deadline is generous: under the race
+	// detector with every package's tests on two cores, the join once took
+	// longer than 10 s.
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	for b.p.Held()[topic] == 0 && wctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)
 	}
