@@ -68,16 +68,23 @@ func start(t *testing.T, c *kfake.Cluster, from string) *member {
 	return m
 }
 
+// cluster is an embedded broker with push.pacing, closed when t ends.
+func cluster(t *testing.T) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "push.pacing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
 // TestPauseReachesPeers: a storm of 429s seen by one processor pauses the
 // origin there, and through push.pacing in the other processors too,
 // within a second; its own signals come back to nobody; a processor that
 // starts later reads the pause still in force.
 func TestPauseReachesPeers(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "push.pacing"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := cluster(t)
 	a, b := start(t, c, "a"), start(t, c, "b")
 
 	// a sends until paused: every other answer a 429 with Retry-After 5 s.
@@ -142,11 +149,7 @@ func TestPauseReachesPeers(t *testing.T) {
 // with every figure it was published with, the rolling answer counts the
 // breaker judges on among them.
 func TestSignalCarriesEveryField(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "push.pacing"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := cluster(t)
 	a, b := start(t, c, "a"), start(t, c, "b")
 	at := time.Now().Truncate(time.Millisecond)
 	want := pacing.Signal{Origin: origin, From: "a", At: at, Kind: pacing.SignalCut, Rate: 12.5, Accepted: 11,
