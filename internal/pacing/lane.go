@@ -896,11 +896,19 @@ func (l *lane) freshLocked(now time.Time, want int) fresh {
 	return f
 }
 
-// acceptedLocked estimates what the origin accepts per second: what it
-// accepted in the windows, over the last three seconds, in which it also
-// refused sends, the median of them. Then its allowance was spent, so what
-// it took is its rate, whatever burst it allowed before (a pause refills
-// one); for this processor, its part of it. The median leaves out the
+// acceptedLocked estimates what the origin accepts per second; for this
+// processor, its part of it. Where the oldest and the newest refusal of
+// the last three seconds are refusalSpan apart or more, with
+// refusalAnswers accepted between them, it is what the origin took between
+// the two: its allowance was spent at both, so it took what it refilled
+// (less, if it was left idle long enough to fill up). On the real clock
+// answers come in clumps (a fetched batch sent at once, a busy core): a
+// tenth with a refusal held 127 accepted answers of an origin taking 500/s,
+// and the median below read 920/s; over half a second and more they
+// average out. Otherwise it is what the origin accepted in the windows in
+// which it also refused sends, the median of them. Then its allowance was
+// spent, so what it took is its rate, whatever burst it allowed before (a
+// pause refills one). The median leaves out the
 // windows in which a burst allowance ran out. A window is as many tenths
 // of a second as hold about ten answers, so that a low rate is not
 // rounded to whole answers a tenth. With fewer than two such windows,
@@ -921,6 +929,27 @@ func (l *lane) acceptedLocked(now time.Time) float64 {
 		if i < judgeSpan && t.accepted+t.throttled > 0 {
 			n += t.accepted
 			span = int(i) + 1
+		}
+	}
+	// Between two refusals, half a second apart or more, the origin took
+	// what it refilled: its allowance was spent at both. The widest pair,
+	// so that a low rate is not rounded to a few answers.
+	newest, oldest := -1, -1
+	for i := range ticks {
+		if throttled[i] > 0 {
+			if newest < 0 {
+				newest = i
+			}
+			oldest = i
+		}
+	}
+	if oldest-newest >= refusalSpan {
+		a := float64(accepted[newest]+accepted[oldest]) / 2
+		for j := newest + 1; j < oldest; j++ {
+			a += float64(accepted[j])
+		}
+		if a >= refusalAnswers {
+			return a / (float64(oldest-newest) * tickSpan.Seconds())
 		}
 	}
 	k := 1
@@ -1248,6 +1277,14 @@ func (l *lane) cutLocked(now time.Time, acc float64) {
 	l.tokens = max(min(l.tokens, 0), -l.rate*spareFor)
 	l.restartLocked(now)
 }
+
+// refusalSpan, in ticks, is the least time between the two refusals
+// acceptedLocked measures what the origin took between.
+const refusalSpan = 5
+
+// refusalAnswers is the least number of answers the origin must have
+// accepted between those refusals for acceptedLocked to measure by them.
+const refusalAnswers = 30
 
 // minRate is the lowest rate: one send in two seconds.
 const minRate = 0.5
