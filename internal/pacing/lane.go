@@ -903,22 +903,22 @@ func (l *lane) freshLocked(now time.Time, want int) fresh {
 // the two: its allowance was spent at both, so it took what it refilled
 // (less, if it was left idle long enough to fill up). On the real clock
 // answers come in clumps (a fetched batch sent at once, a busy core): a
-// tenth with a refusal held 127 accepted answers of an origin taking 500/s,
-// and the median below read 920/s; over half a second and more they
+// tenth with a refusal held 127 accepted answers of an origin taking
+// 500/s, and the median below read 920/s; over half a second and more they
 // average out. Otherwise it is what the origin accepted in the windows in
 // which it also refused sends, the median of them. Then its allowance was
 // spent, so what it took is its rate, whatever burst it allowed before (a
-// pause refills one). The median leaves out the
-// windows in which a burst allowance ran out. A window is as many tenths
-// of a second as hold about ten answers, so that a low rate is not
-// rounded to whole answers a tenth. With fewer than two such windows,
-// what it accepted over the last second, counted from the first tenth
-// with answers.
+// pause refills one). The median leaves out the windows in which a burst
+// allowance ran out. A window is as many tenths of a second as hold about
+// ten answers, so that a low rate is not rounded to whole answers a tenth.
+// With fewer than two such windows, what it accepted over the last second,
+// counted from the first tenth with answers.
 func (l *lane) acceptedLocked(now time.Time) float64 {
 	at := now.UnixNano() / int64(tickSpan)
 	var accepted, throttled [ticks]int
 	all := 0
 	n, span := 0, 0
+	newest, oldest := -1, -1 // the ticks of the newest and oldest refusal
 	for i := range int64(ticks) {
 		t := l.tickAt(at - i)
 		if t == nil {
@@ -930,19 +930,16 @@ func (l *lane) acceptedLocked(now time.Time) float64 {
 			n += t.accepted
 			span = int(i) + 1
 		}
+		if t.throttled > 0 {
+			if newest < 0 {
+				newest = int(i)
+			}
+			oldest = int(i)
+		}
 	}
 	// Between two refusals, half a second apart or more, the origin took
 	// what it refilled: its allowance was spent at both. The widest pair,
 	// so that a low rate is not rounded to a few answers.
-	newest, oldest := -1, -1
-	for i := range ticks {
-		if throttled[i] > 0 {
-			if newest < 0 {
-				newest = i
-			}
-			oldest = i
-		}
-	}
 	if oldest-newest >= refusalSpan {
 		a := float64(accepted[newest]+accepted[oldest]) / 2
 		for j := newest + 1; j < oldest; j++ {

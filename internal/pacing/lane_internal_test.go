@@ -22,6 +22,15 @@ func testLane(t *testing.T, start time.Time) (*Pacer, *lane) {
 	return p, newLane("https://push.example.net", p, start)
 }
 
+// answer records n answers, the first k of them 429s, spread over span
+// from the first millisecond after at.
+func answer(l *lane, at time.Time, span time.Duration, n, k int) {
+	for i := range n {
+		a := at.Add(time.Millisecond + time.Duration(i)*span/time.Duration(n))
+		l.recordLocked(a, a, i < k, false, false)
+	}
+}
+
 // TestAcceptedLeavesOutTheTickUnderWay: what the origin accepted while it
 // refused is the median over windows of answers; a tick a few
 // milliseconds old holds a few answers and must not count as a whole
@@ -31,18 +40,11 @@ func testLane(t *testing.T, start time.Time) (*Pacer, *lane) {
 func TestAcceptedLeavesOutTheTickUnderWay(t *testing.T) {
 	start := time.Unix(1_800_000_000, 0)
 	_, l := testLane(t, start)
-	// answer records n answers (k of them 429s) spread over the tick
-	// starting at, from its first millisecond.
-	answer := func(at time.Time, n, k int) {
-		for i := range n {
-			l.recordLocked(at, at.Add(time.Duration(i)*tickSpan/time.Duration(n)+time.Millisecond), i < k, false, false)
-		}
-	}
 	// Three tenths at 300, 500 and 400 accepted a second, the origin
 	// refusing most of what was sent: it takes 400.
-	answer(start, 150, 120)
-	answer(start.Add(tickSpan), 150, 100)
-	answer(start.Add(2*tickSpan), 150, 110)
+	answer(l, start, tickSpan, 150, 120)
+	answer(l, start.Add(tickSpan), tickSpan, 150, 100)
+	answer(l, start.Add(2*tickSpan), tickSpan, 150, 110)
 	// Two milliseconds into the fourth tenth: an answer and a 429.
 	now := start.Add(3*tickSpan + 2*time.Millisecond)
 	l.recordLocked(now, now, false, false, false)
@@ -190,12 +192,8 @@ func TestAcceptedBetweenRefusals(t *testing.T) {
 	ticks := [][2]int{{8, 29}, {127, 5}, {65, 0}, {41, 0}, {0, 0}, {57, 5}, {155, 0}, {71, 0}, {29, 0}, {0, 0}, {50, 0}, {164, 0}}
 	now := start.Add(time.Duration(len(ticks)-1)*tickSpan + 22*time.Millisecond)
 	for i := len(ticks) - 1; i >= 0; i-- {
-		from := start.Add(time.Duration(len(ticks)-1-i) * tickSpan)
 		a, r := ticks[i][0], ticks[i][1]
-		for j := range a + r {
-			at := from.Add(time.Millisecond + time.Duration(j)*20*time.Millisecond/time.Duration(a+r))
-			l.recordLocked(at, at, j < r, false, false)
-		}
+		answer(l, start.Add(time.Duration(len(ticks)-1-i)*tickSpan), 20*time.Millisecond, a+r, r)
 	}
 	if got := l.acceptedLocked(now); got < 450 || got > 560 {
 		t.Errorf("accepted %.0f/s, want about 500 (what it took between the refusals half a second apart)", got)
