@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,18 +42,31 @@ func BenchmarkSend(b *testing.B) {
 	}
 	auth := make([]byte, 16)
 	rand.Read(auth)
-	v, _ := json.Marshal(map[string]any{
-		"id": "evt-01",
-		"subscription": map[string]any{"endpoint": srv.URL + "/push/abc", "keys": map[string]any{
-			"p256dh": base64.RawURLEncoding.EncodeToString(ua.PublicKey().Bytes()),
-			"auth":   base64.RawURLEncoding.EncodeToString(auth),
-		}},
-		"payload": `{"title":"tierpush bench","body":"Your order has shipped"}`,
-		"urgency": "normal",
-	})
-	e, err := event.Decode(v, time.Now(), event.DefaultRules())
-	if err != nil {
-		b.Fatal(err)
+	decode := func(path string) *event.Event {
+		v, _ := json.Marshal(map[string]any{
+			"id": "evt-01",
+			"subscription": map[string]any{"endpoint": srv.URL + path, "keys": map[string]any{
+				"p256dh": base64.RawURLEncoding.EncodeToString(ua.PublicKey().Bytes()),
+				"auth":   base64.RawURLEncoding.EncodeToString(auth),
+			}},
+			"payload": `{"title":"tierpush bench","body":"Your order has shipped"}`,
+			"urgency": "normal",
+		})
+		e, err := event.Decode(v, time.Now(), event.DefaultRules())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return e
+	}
+	e := decode("/push/abc")
+	// Subscriptions of their own, as a push service's are: FCM's endpoint
+	// path carries a token of about 150 characters, and each new path is
+	// one more entry in the connection's header table (HPACK).
+	distinct := make([]*event.Event, 4096)
+	for i := range distinct {
+		token := make([]byte, 112)
+		rand.Read(token)
+		distinct[i] = decode("/fcm/send/" + base64.RawURLEncoding.EncodeToString(token))
 	}
 	ctx := context.Background()
 	if r := w.Send(ctx, e, time.Hour); r.Class != push.Delivered { // the connection, once
@@ -71,6 +85,20 @@ func BenchmarkSend(b *testing.B) {
 		b.SetParallelism(64 / runtime.GOMAXPROCS(0))
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
+				if r := w.Send(ctx, e, time.Hour); r.Class != push.Delivered {
+					b.Errorf("Send = %+v", r)
+					return
+				}
+			}
+		})
+	})
+	b.Run("64 at once, distinct endpoints", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(64 / runtime.GOMAXPROCS(0))
+		var next atomic.Uint64
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				e := distinct[next.Add(1)%uint64(len(distinct))]
 				if r := w.Send(ctx, e, time.Hour); r.Class != push.Delivered {
 					b.Errorf("Send = %+v", r)
 					return
