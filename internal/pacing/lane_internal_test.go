@@ -199,3 +199,43 @@ func TestAcceptedBetweenRefusals(t *testing.T) {
 		t.Errorf("accepted %.0f/s, want about 500 (what it took between the refusals half a second apart)", got)
 	}
 }
+
+// TestSlowStartDoublesOnLeastLatency: slow start doubles the rate every
+// round trip of the origin, taken from the quickest answer: the first
+// answer's TLS handshake (300 ms here) and answers queued behind a busy
+// CPU say nothing of how soon the origin answers, and on the mean they
+// held a healthy origin answering in a millisecond to a tenth of its
+// rate for the first second.
+func TestSlowStartDoublesOnLeastLatency(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	p, l := testLane(t, start)
+	// The first answer waited for the handshake, the next ones took 1 ms.
+	first := start.Add(300 * time.Millisecond)
+	l.recordLocked(start, first, false, false, false)
+	for i := range 10 {
+		at := first.Add(time.Duration(i) * time.Millisecond)
+		l.recordLocked(at, at.Add(time.Millisecond), false, false, false)
+	}
+	if l.latency < 0.1 {
+		t.Fatalf("mean latency %.3f s, want the handshake still in it", l.latency)
+	}
+	// 200 ms of sends waiting for the rate, growth applied every 50 ms.
+	l.lastGrow = first.Add(10 * time.Millisecond)
+	for step := 1; step <= 4; step++ {
+		l.starved = true
+		l.growLocked(p, l.lastGrow.Add(50*time.Millisecond))
+	}
+	// Doubling every slowRoundTripMin: 2^8 of the start rate in 200 ms.
+	if want := l.cfg.StartRate * 256; l.rate < want*0.99 || l.rate > want*1.01 {
+		t.Errorf("rate %.0f/s after 200 ms of slow start, want %.0f/s (doubling every %.0f ms)", l.rate, want, slowRoundTripMin*1000)
+	}
+	// A slow origin doubles on its own round trip.
+	_, slow := testLane(t, start)
+	for i := range 20 {
+		at := start.Add(time.Duration(i) * time.Millisecond)
+		slow.recordLocked(at, at.Add(100*time.Millisecond), false, false, false)
+	}
+	if got := slow.slowRoundTrip(); got < 0.199 || got > 0.201 {
+		t.Errorf("round trip %.3f s of an origin answering in 100 ms, want 0.2 s", got)
+	}
+}
