@@ -140,6 +140,26 @@ func BenchmarkRequest(b *testing.B) {
 			body.recycle()
 		}
 	})
+	// The P-256 work RFC 8291 asks of every message, alone: a new key
+	// pair and the key agreement with the subscription's key. It is the
+	// floor of the processor's CPU per notification on the standard
+	// library (docs/benchmarks.md).
+	b.Run("P-256 alone", func(b *testing.B) {
+		uaPub, err := ecdh.P256().NewPublicKey(e.P256dh)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			k, err := ecdh.P256().GenerateKey(rand.Reader)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := k.ECDH(uaPub); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("webpush-go", func(b *testing.B) {
 		sub := &webpush.Subscription{Endpoint: e.Endpoint, Keys: webpush.Keys{
 			P256dh: base64.RawURLEncoding.EncodeToString(e.P256dh),
