@@ -120,7 +120,6 @@ type lane struct {
 	judgeFrom  time.Time // only answers to sends granted since count
 	freshFrom  time.Time // when the first of them came; zero until then
 	latency    float64   // seconds, moving average of answers other than 429
-	minLatency float64   // seconds, the least of them since slow start began
 	ceiling    float64   // what the origin accepted per second at the last cut
 	probeFrom  time.Time // when the origin first proved more than the ceiling
 	storms     int       // cuts and pauses in a row with no clean judgement
@@ -428,7 +427,7 @@ func (l *lane) growLocked(p *Pacer, now time.Time) {
 	l.refillLocked(now)
 	secs := min(dt.Seconds(), 1)
 	if l.slowStart {
-		l.rate = min(l.rate*math.Pow(2, secs/l.slowRoundTrip()), maxRate)
+		l.rate = min(l.rate*math.Pow(2, secs/l.roundTrip()), maxRate)
 		return
 	}
 	if now.Sub(l.lastCut) < l.holdAfterCut() {
@@ -559,20 +558,6 @@ const maxRate = 1e6
 // roundTrip is the time a send's answer takes to come back: twice the
 // mean latency, a tenth of a second at least.
 func (l *lane) roundTrip() float64 { return max(0.1, 2*l.latency) }
-
-// slowRoundTrip is the round trip slow start doubles the rate in: twice
-// the least latency answered since it began, slowRoundTripMin at least.
-// The mean counts the first connection's TLS handshake and the sender's
-// own queue on a busy CPU: on it and a tenth of a second at least, 6,000
-// events to an origin answering in a millisecond ran at 3,100-3,400/s,
-// on this at 4,000-4,700/s (docs/benchmarks.md).
-func (l *lane) slowRoundTrip() float64 { return max(slowRoundTripMin, 2*l.minLatency) }
-
-// slowRoundTripMin bounds slow start's doubling from below. Growth is
-// applied at most every 50 ms, so one step may quadruple the rate; the
-// answers to it come within the same 50 ms, and a storm is judged on them
-// at once (adaptLocked).
-const slowRoundTripMin = 0.025
 
 // holdAfterCut is how long growth waits after a cut: until answers to the
 // sends made at the new rate are in.
@@ -800,7 +785,6 @@ func (l *lane) done(s *Slot, r push.Result, throttled bool, now time.Time) (devi
 			// What the origin takes now is unknown again: slow start,
 			// from the rate it had.
 			l.slowStart = true
-			l.minLatency = 0
 			l.rate = max(l.rate, l.cfg.StartRate)
 			l.restartLocked(now)
 			l.event(p, Event{At: now, Kind: Closed})
@@ -844,9 +828,6 @@ func (l *lane) recordLocked(granted, now time.Time, throttled, failed, safe bool
 		b.accepted++
 		t.accepted++
 		lat := now.Sub(granted).Seconds()
-		if l.minLatency == 0 || lat < l.minLatency {
-			l.minLatency = lat
-		}
 		if l.latency == 0 {
 			l.latency = lat
 		} else {
