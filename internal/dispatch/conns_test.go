@@ -128,8 +128,12 @@ func TestDialFailureFails(t *testing.T) {
 			t.Errorf("round %d: %d of 10 sends to a closed port failed, want 10", round, failed)
 		}
 	}
-	if got := dials.Load(); got < 2 || got > 4 {
-		t.Errorf("%d dials for two rounds of 10 sends to a closed port, want one or two a round", got)
+	// Sends that arrive after the dial failed dial again: a dial to a
+	// closed port fails in microseconds, and under the race detector on a
+	// busy machine a round's goroutines start spread out (6 dials once).
+	// A dial per send would be 20.
+	if got := dials.Load(); got < 2 || got > 10 {
+		t.Errorf("%d dials for two rounds of 10 sends to a closed port, want at least one a round and at most one for every two sends", got)
 	}
 	// A send whose context ends while it waits returns at once.
 	ctx, cancel := context.WithCancel(context.Background())
