@@ -982,8 +982,7 @@ func (l *lane) acceptedLocked(now time.Time) float64 {
 	if span == 0 {
 		return 0
 	}
-	// The tick under way counts by what of it has passed.
-	elapsed := float64(span-1)*tickSpan.Seconds() + float64(now.UnixNano()%int64(tickSpan))/1e9
+	elapsed := (float64(span-1) + part) * tickSpan.Seconds()
 	return float64(n) / max(elapsed, tickSpan.Seconds()/2)
 }
 
