@@ -18,9 +18,12 @@ import (
 // what the origin accepted over the last second, which converges on the
 // origin's limit from above; afterwards it grows again, slowly at first
 // and faster the longer nothing is throttled, which finds a limit that
-// rose. A cut that does not lower the share is undone and its share learnt
-// as background (devices throttled one by one). The concurrency limit
-// follows the rate (Little's law) as a second guard.
+// rose. The 429 share of sends at or below the ceiling is learnt as
+// background (devices throttled one by one), and a cut on an origin that
+// took all of what was sent but such a share keeps the ceiling and that
+// evidence: cut after cut on devices' 429s would otherwise spiral the
+// rate down. The concurrency limit follows the rate (Little's law) as a
+// second guard.
 
 type grant struct {
 	slot  *Slot
@@ -38,8 +41,8 @@ type waiter struct {
 type second struct {
 	sec                           int64
 	attempts, throttled, accepted int
-	// Answers to sends made at or below CutFactor of the ceiling, and
-	// their 429s: the background share (backgroundLocked).
+	// Answers to sends made at or below the ceiling, and their 429s: the
+	// background share (backgroundLocked).
 	safe, safeThrottled int
 }
 
@@ -668,12 +671,15 @@ func (l *lane) grantLocked(p *Pacer, req Request, now time.Time) *Slot {
 		l.retries++
 	}
 	// A send is safe, its 429 counted as background (backgroundLocked),
-	// at or below CutFactor of a ceiling that has stood settleFor since
-	// slow start: slow start's ceilings are taken over the burst allowance
-	// it spent (80/s against a limit of 20), and a limit's 429s under
-	// them, learnt as background, lifted the threshold past what the
-	// limit then throttled (4 to 6 429s a second at 20/s, uncut for 4 s).
-	safe := !l.slowStart && now.Sub(l.settled) >= settleFor && l.rate <= l.cfg.CutFactor*l.ceiling*1.001
+	// at or below a ceiling that has stood settleFor since slow start:
+	// slow start's ceilings are taken over the burst allowance it spent
+	// (80/s against a limit of 20), and a limit's 429s under them, learnt
+	// as background, lifted the threshold past what the limit then
+	// throttled (4 to 6 429s a second at 20/s, uncut for 4 s). At or
+	// below CutFactor of the ceiling, as it was, only the moments after a
+	// cut counted: a lane probing on devices' 429s learnt nothing, and cut
+	// on them again and again.
+	safe := !l.slowStart && now.Sub(l.settled) >= settleFor && l.rate <= l.ceiling*1.001
 	probing := l.slowStart || (l.ceiling > 0 && l.rate > l.ceiling)
 	return &Slot{p: p, l: l, req: req, granted: now, safe: safe, probing: probing}
 }
@@ -1027,6 +1033,14 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		}
 	}
 	cut := aboveZ(f.throttled, f.n, threshold, l.z) && now.Sub(l.lastCut) >= l.cfg.CutCooldown
+	if l.slowStart && f.n < 2*l.cfg.MinSamples {
+		// Slow start is judged on twice the answers, short of a storm:
+		// on ten, devices throttled one by one (5% of them) read as a
+		// limit about one window in a hundred, and three processors
+		// judging many windows each ended slow start at 40/s in one
+		// run in four, for all of them.
+		cut = false
+	}
 	var stormy, held bool
 	var acc float64 // what the origin accepted: worked out only for a change
 	if storm || cut {
@@ -1078,10 +1092,16 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		if stormy {
 			l.storms++
 		}
-		l.cutLocked(now, acc)
+		took := l.cutLocked(now, acc)
 		l.cutShare = share
 		l.event(p, Event{At: now, Kind: "cut", Rate: share, Accepted: acc})
-		l.signalLocked(p, now, SignalCut, time.Time{})
+		if !took {
+			// A cut on an origin that took all but a background's share
+			// of what was sent is no evidence of a limit the peers
+			// share: told to them, each processor's false cut on
+			// devices' 429s cut all three.
+			l.signalLocked(p, now, SignalCut, time.Time{})
+		}
 	}
 }
 
@@ -1202,8 +1222,8 @@ const cleanSamples = 3
 const judgeMin = 250 * time.Millisecond
 
 // backgroundLocked is the 429 share of the answers, over the last
-// backgroundSpan, to sends made at or below CutFactor of the ceiling: a
-// limit's own 429s end there, while devices throttled one by one (APNs,
+// backgroundSpan, to sends made at or below the ceiling: a limit's own
+// 429s end there, while devices throttled one by one (APNs,
 // FCM) go on being throttled at any rate. Believed over backgroundMin
 // answers at least, and up to maxBackground: a ceiling estimated above
 // the limit (on what was left of a burst allowance) makes the limit's own
@@ -1232,7 +1252,7 @@ const (
 // cutLocked cuts the rate to CutFactor of acc, what the origin accepted
 // per second, when that is lower than the rate (it is when the origin is
 // the bound), and ends slow start.
-func (l *lane) cutLocked(now time.Time, acc float64) {
+func (l *lane) cutLocked(now time.Time, acc float64) (took bool) {
 	// What this processor sent: its rate, or more where tier 1 went
 	// ahead of it.
 	before := max(l.rate, l.grantedLocked(now))
@@ -1247,11 +1267,17 @@ func (l *lane) cutLocked(now time.Time, acc float64) {
 		next = min(next, fair)
 	}
 	l.rate = max(next*l.cfg.CutFactor, minRate)
-	// A cut proves that the sends of the last seconds were over the
-	// limit, "safe" or not: their 429s are the limit's, not background.
-	for sec := now.Unix() - 2; sec <= now.Unix(); sec++ {
-		if b := &l.seconds[int(sec%int64(len(l.seconds)))]; b.sec == sec {
-			b.safe, b.safeThrottled = 0, 0
+	// A cut on an origin that took clearly less than was sent proves the
+	// sends of the last seconds over its limit, "safe" or not: their 429s
+	// are the limit's, not background. One that took all but what devices
+	// throttled one by one proves nothing of the kind: keeping that
+	// evidence is what ends cuts on per-device 429s.
+	took = acc > 0 && acc >= (1-maxBackground)*before
+	if !took {
+		for sec := now.Unix() - 2; sec <= now.Unix(); sec++ {
+			if b := &l.seconds[int(sec%int64(len(l.seconds)))]; b.sec == sec {
+				b.safe, b.safeThrottled = 0, 0
+			}
 		}
 	}
 	// The ceiling is what the origin took, but never above what this
@@ -1260,7 +1286,16 @@ func (l *lane) cutLocked(now time.Time, acc float64) {
 	if acc <= 0 {
 		acc = before
 	}
-	l.ceiling, l.probeFrom = max(min(acc, before), minRate), time.Time{}
+	ceiling := max(min(acc, before), minRate)
+	if took {
+		// Nor does it show the ceiling too high, as far as CutFactor of it,
+		// where the rate comes back to, stays under what the origin took:
+		// lowered to it on every such cut, the ceiling spiralled down with
+		// the rate (three processors sending to a limit of 500/s that also
+		// throttled 5% of devices sent a fifth of it).
+		ceiling = max(ceiling, min(l.ceiling, acc/l.cfg.CutFactor))
+	}
+	l.ceiling, l.probeFrom = ceiling, time.Time{}
 	if l.slowStart {
 		l.settled = now
 	}
@@ -1272,6 +1307,7 @@ func (l *lane) cutLocked(now time.Time, acc float64) {
 	// at 6.3/s).
 	l.tokens = max(min(l.tokens, 0), -l.rate*spareFor)
 	l.restartLocked(now)
+	return took
 }
 
 // refusalSpan, in ticks, is the least time between the two refusals

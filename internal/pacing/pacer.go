@@ -130,7 +130,7 @@ type Slot struct {
 	l     *lane
 	req   Request
 	probe bool
-	safe  bool // granted at or below CutFactor of the ceiling
+	safe  bool // granted at or below the ceiling, once it has stood
 	// probing: granted in slow start or above the ceiling, where the
 	// origin's limit is being looked for; a 429 then is the origin's.
 	probing bool
