@@ -556,7 +556,9 @@ func TestBreakerOnRandom429s(t *testing.T) {
 // first seconds, delivers at least 80% of what the limit, or the windows
 // at the latency, allow of the devices not throttled (the median draw
 // 90%); the 429s past the devices' own stay under 5%; the breaker never
-// opens.
+// opens. Where the limit rises, goodput is logged, not judged; where each
+// processor sends a few a second (20/s at 250 ms; 100/s over three
+// processors), nothing is judged: the known gaps, measured.
 func TestGridDeviceThrottling(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the cells take a minute of fake time each")
@@ -574,15 +576,26 @@ func TestGridDeviceThrottling(t *testing.T) {
 		window   int
 		changeAt int // the limit rises twentyfold at this second
 		from     int // judged from this second to the 40th
+		// From this many processors on, the cell is judged only for
+		// the breaker and the 429 share (logged), or not at all
+		// (known); 0: never.
+		logged, known int
 	}
 	for _, c := range []cell{
-		{0, 5 * time.Millisecond, 8, 0, 10},
-		{0, 50 * time.Millisecond, 32, 0, 10},
-		{0, 250 * time.Millisecond, 64, 0, 10},
-		{500, 50 * time.Millisecond, 1024, 0, 10},
-		{2000, 5 * time.Millisecond, 256, 0, 10},
-		{100, 5 * time.Millisecond, 256, 3, 20},
-		{100, 50 * time.Millisecond, 1024, 3, 20},
+		{0, 5 * time.Millisecond, 8, 0, 10, 0, 0},
+		{0, 50 * time.Millisecond, 32, 0, 10, 0, 0},
+		{0, 250 * time.Millisecond, 64, 0, 10, 0, 0},
+		// A few sends a second each: the judgement is noisy, and one
+		// draw in ten or so delivered under 80% of the limit
+		// (docs/benchmarks.md, "A few sends a second").
+		{20, 250 * time.Millisecond, 64, 0, 10, 1, 1},
+		{100, 50 * time.Millisecond, 256, 0, 10, 3, 3},
+		{500, 50 * time.Millisecond, 1024, 0, 10, 0, 0},
+		{2000, 5 * time.Millisecond, 256, 0, 10, 0, 0},
+		// The climb from slow start's low cut is slow by design, and
+		// slower on devices' 429s (docs/benchmarks.md).
+		{100, 5 * time.Millisecond, 256, 3, 20, 1, 0},
+		{100, 50 * time.Millisecond, 1024, 3, 20, 1, 0},
 	} {
 		for _, procs := range []int{1, 3} {
 			name := fmt.Sprintf("limit=%v/latency=%v/window=%d/processors=%d", c.limit, c.latency, c.window, procs)
@@ -598,6 +611,12 @@ func TestGridDeviceThrottling(t *testing.T) {
 				if limit > 0 {
 					capacity = min(capacity, limit)
 				}
+				judged := c.logged == 0 || procs < c.logged
+				// A known gap's breaker and share are logged.
+				safety := t.Errorf
+				if c.known > 0 && procs >= c.known {
+					safety = t.Logf
+				}
 				var shares, goodputs []float64
 				for i := range *gridDraws {
 					r := runGrid(t, gridCase{limit: c.limit, latency: c.latency, processors: procs, window: c.window, seconds: 40,
@@ -606,16 +625,14 @@ func TestGridDeviceThrottling(t *testing.T) {
 					shares, goodputs = append(shares, share), append(goodputs, goodput)
 					t.Logf("draw %d, seconds %d-40: 429 share %.2f%%, goodput %.0f/s (%.0f%% of %.0f)", i+1, c.from, 100*share, goodput, 100*goodput/capacity, capacity)
 					if len(r.opened) > 0 {
-						t.Errorf("draw %d: the breaker opened at %v s on devices' 429s", i+1, r.opened)
+						safety("draw %d: the breaker opened at %v s on devices' 429s", i+1, r.opened)
 					}
 					if c.changeAt > 0 {
-						// The climb from slow start's low cut is slow by
-						// design, and slower on devices' 429s
-						// (docs/benchmarks.md): logged, not judged.
 						_, early, _ := r.measure(10, 20)
 						_, late, _ := r.measure(30, 40)
 						t.Logf("draw %d: %.0f/s delivered in seconds 10-20, %.0f/s in seconds 30-40", i+1, early, late)
-					} else if goodput < 0.8*capacity {
+					}
+					if judged && goodput < 0.8*capacity {
 						t.Errorf("draw %d: goodput %.0f/s, want at least 80%% of %.0f; events:\n%s", i+1, goodput, capacity, strings.Join(r.events, "\n"))
 					}
 					if os.Getenv("PACING_TIMELINE") != "" {
@@ -627,9 +644,9 @@ func TestGridDeviceThrottling(t *testing.T) {
 				}
 				share, goodput := median(shares), median(goodputs)
 				if share-device >= 0.05 {
-					t.Errorf("429 share %.2f%% (median), want under 5%% past the devices' %.0f%%", 100*share, 100*device)
+					safety("429 share %.2f%% (median), want under 5%% past the devices' %.0f%%", 100*share, 100*device)
 				}
-				if c.changeAt == 0 && goodput < 0.9*capacity {
+				if judged && goodput < 0.9*capacity {
 					t.Errorf("goodput %.0f/s (median), want at least 90%% of %.0f", goodput, capacity)
 				}
 			})
