@@ -166,6 +166,20 @@ func inBubble(t *testing.T, name string, f func(t *testing.T)) bool {
 	return t.Run(name, func(t *testing.T) { synctest.Test(t, f) })
 }
 
+// endSlowStart ends slow start with a pause, and waits it out.
+func (h *harness) endSlowStart() {
+	h.t.Helper()
+	h.send(rep(15, ok)...)
+	for range 40 {
+		h.send(throttled)
+		if until := h.lane().PausedUntil; until.After(h.clk.Now()) {
+			h.clk.Advance(until.Sub(h.clk.Now()))
+			return
+		}
+	}
+	h.t.Fatalf("no pause after 40 429s")
+}
+
 // req is a request from a subscription not seen before.
 func (h *harness) req(tier tiers.Tier, retry bool) pacing.Request {
 	h.n++

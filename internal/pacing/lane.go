@@ -1100,7 +1100,7 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 			// of what was sent is no evidence of a limit the peers
 			// share: told to them, each processor's false cut on
 			// devices' 429s cut all three.
-			l.signalLocked(p, now, SignalCut, time.Time{})
+			l.signalCutLocked(p, now, f)
 		}
 	}
 }
@@ -1364,8 +1364,12 @@ func (l *lane) apply(p *Pacer, s Signal, now time.Time) {
 		}
 	case SignalCut, SignalPause:
 		l.storms = max(l.storms, s.Storms)
-		if now.Sub(l.lastCut) >= l.holdAfterCut() {
+		switch {
+		case now.Sub(l.lastCut) < l.holdAfterCut():
+		case l.peerShowsLocked(s, now):
 			l.cutLocked(now, l.acceptedLocked(now))
+			l.event(p, Event{At: now, Kind: "cut", Peer: true})
+		case l.easeLocked(now):
 			l.event(p, Event{At: now, Kind: "cut", Peer: true})
 		}
 		if s.Kind == SignalPause && s.Until.After(l.paused) {
@@ -1383,11 +1387,64 @@ func (l *lane) apply(p *Pacer, s Signal, now time.Time) {
 	l.wakeLocked(p, now)
 }
 
+// peerShowsLocked tells whether a peer's cut shows a limit here too: a
+// pause always does, and so does a cut whose evidence is not known, that
+// was judged on strongSamples answers or more, or that comes in slow
+// start; otherwise the answers it was judged on, pooled with this lane's
+// own since its last change, must show a 429 share past the threshold. A
+// limit's 429s reach every processor sending over it; one processor's
+// false cut on devices' 429s, judged on a few sends a second, is answered
+// by the others' clean answers. Taken in full by all, such cuts came
+// faster than the rates recovered from them, and lowered every
+// processor's ceiling: three sharing 100/s spiralled down to a quarter of
+// it. A cut on many answers is not pooled: three processors sharing
+// 500/s, the first to see the limit pooled with two that had not yet,
+// read 5.3% 429s (median of five draws) and once opened the breaker.
+func (l *lane) peerShowsLocked(s Signal, now time.Time) bool {
+	if s.Kind != SignalCut || s.Judged == 0 || s.Judged >= strongSamples*l.cfg.MinSamples || l.slowStart {
+		return true
+	}
+	own := l.freshLocked(now, l.cfg.MinSamples)
+	n, k := s.Judged+own.n, s.JudgedThrottled+own.throttled
+	return aboveZ(k, n, l.backgroundLocked(now)+l.cfg.CutRate, l.z)
+}
+
+// strongSamples, in MinSamples: a peer's cut judged on this many answers
+// stands on its own (peerShowsLocked).
+const strongSamples = 5
+
+// easeLocked answers a peer's cut that shows no limit here: a rate that
+// probed past CutFactor of the ceiling steps back to it, where it was
+// safe, in case the peer saw the limit first; the ceiling and the
+// background evidence stay. It reports whether the rate changed.
+func (l *lane) easeLocked(now time.Time) bool {
+	safe := max(l.cfg.CutFactor*l.ceiling, minRate)
+	if l.ceiling <= 0 || l.rate <= safe {
+		return false
+	}
+	l.rate = safe
+	l.tokens = min(l.tokens, 1)
+	l.restartLocked(now)
+	return true
+}
+
 // signalLocked tells the pacer's peers of a change (WithSignals).
 func (l *lane) signalLocked(p *Pacer, now time.Time, kind string, until time.Time) {
+	p.signal(l.signalOf(now, kind, until))
+}
+
+// signalCutLocked tells the peers of a cut, with the answers it was
+// judged on.
+func (l *lane) signalCutLocked(p *Pacer, now time.Time, f fresh) {
+	s := l.signalOf(now, SignalCut, time.Time{})
+	s.Judged, s.JudgedThrottled = f.n, f.throttled
+	p.signal(s)
+}
+
+func (l *lane) signalOf(now time.Time, kind string, until time.Time) Signal {
 	l.reported = now
 	n, k, _ := l.rollingLocked(now)
-	p.signal(Signal{Origin: l.origin, At: now, Kind: kind, Rate: l.rate, Accepted: l.acceptedLocked(now), Until: until, Storms: l.storms, Answers: n, Throttled: k})
+	return Signal{Origin: l.origin, At: now, Kind: kind, Rate: l.rate, Accepted: l.acceptedLocked(now), Until: until, Storms: l.storms, Answers: n, Throttled: k}
 }
 
 // event reports e for this lane, with the lane's figures after it.
@@ -1477,7 +1534,7 @@ func (l *lane) state(now time.Time) LaneState {
 		br = HalfOpen
 	}
 	st := LaneState{Origin: l.origin, Limit: l.limitInt(), InFlight: l.inFlight, Waiting: l.waiting, Rate: l.rate, SlowStart: l.slowStart,
-		Rate429: rate, Background: l.backgroundLocked(now), Breaker: br, PausedUntil: l.paused}
+		Rate429: rate, Background: l.backgroundLocked(now), Ceiling: l.ceiling, Breaker: br, PausedUntil: l.paused}
 	for _, pr := range l.peers {
 		if now.Sub(pr.at) <= peerFresh {
 			st.PeerRate += pr.rate

@@ -49,8 +49,11 @@ type LaneState struct {
 	SlowStart bool
 	// Rate429 is the share of attempts answered 429 over the rolling
 	// window; Background the share learnt as per-device throttling.
-	Rate429     float64
-	Background  float64
+	Rate429    float64
+	Background float64
+	// Ceiling is what the origin was seen to accept from this processor
+	// at its last cut (sends/s): where the rate comes back to after a cut.
+	Ceiling     float64
 	Breaker     string
 	PausedUntil time.Time
 }

@@ -433,19 +433,6 @@ func TestPauseHoldsTheBacklog(t *testing.T) {
 // for 4 s).
 func TestBackgroundIsNotTheLimits(t *testing.T) {
 	const ms = time.Millisecond
-	// endSlowStart ends slow start with a pause, and waits it out.
-	endSlowStart := func(t *testing.T, h *harness) {
-		t.Helper()
-		h.send(rep(15, ok)...)
-		for range 40 {
-			h.send(throttled)
-			if until := h.lane().PausedUntil; until.After(h.clk.Now()) {
-				h.clk.Advance(until.Sub(h.clk.Now()))
-				return
-			}
-		}
-		t.Fatalf("no pause after 40 429s")
-	}
 	// oneIn25 is a second of sends, one in 25 answered 429 (4%: no cut).
 	oneIn25 := every(40*ms, 25, nil)
 	for i := range oneIn25 {
@@ -454,7 +441,7 @@ func TestBackgroundIsNotTheLimits(t *testing.T) {
 	oneIn25[12].send = []push.Result{throttled}
 	inBubble(t, "429s in the first seconds after slow start", func(t *testing.T) {
 		h := newHarness(t, nil)
-		endSlowStart(t, h)
+		h.endSlowStart()
 		h.run(steps(oneIn25, oneIn25, oneIn25, oneIn25)) // 4 s, 100 answers
 		if bg := h.lane().Background; bg != 0 {
 			t.Errorf("background %.3f learnt in the first 4 s after slow start, want 0", bg)
@@ -467,7 +454,7 @@ func TestBackgroundIsNotTheLimits(t *testing.T) {
 	})
 	inBubble(t, "429s to sends made before a cut", func(t *testing.T) {
 		h := newHarness(t, nil)
-		endSlowStart(t, h)
+		h.endSlowStart()
 		for range 10 {
 			h.run(oneIn25)
 		}
@@ -482,4 +469,54 @@ func TestBackgroundIsNotTheLimits(t *testing.T) {
 			t.Errorf("background %.3f after a wave of 429s that cut the rate, was %.3f: the limit's 429s learnt as background", bg, before)
 		}
 	})
+}
+
+// TestPeerCutPooled: a peer's cut is made here only when the answers it
+// was judged on, pooled with this lane's own since its last change, show a
+// 429 share past the threshold: a limit's 429s reach every processor
+// sending over it, while one processor's false cut on devices' 429s is
+// answered by the others' clean answers. Otherwise the rate only steps
+// back to CutFactor of the ceiling if it probed past it, and the ceiling
+// stays. A cut that gives no evidence counts in full, as before.
+func TestPeerCutPooled(t *testing.T) {
+	const ms = time.Millisecond
+	for _, tt := range []struct {
+		name              string
+		judged, throttled int // the peer's evidence: 2 of 20 is 10%
+		own               []push.Result
+		shown             bool
+	}{
+		{"clean answers here: pooled 2 of 50", 20, 2, rep(30, ok), false},
+		{"the limit's 429s here too: pooled 3 of 50", 20, 2, cat(rep(29, ok), rep(1, throttled)), true},
+		{"no evidence given", 0, 0, rep(30, ok), true},
+	} {
+		inBubble(t, tt.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.endSlowStart()
+			// Past the hold after the cut, a second and more of this
+			// lane's own answers, at 25 a second; 1 in 30 throttled cuts
+			// nothing here.
+			h.clk.Advance(time.Second)
+			for _, r := range tt.own {
+				h.clk.Advance(40 * ms)
+				h.send(r)
+			}
+			before := h.lane()
+			if n := len(h.rec.all()); n != 1 {
+				t.Fatalf("events %v before the peer's cut, want only slow start's pause", h.rec.brief())
+			}
+			h.p.Apply(pacing.Signal{Origin: origin, From: "peer", At: h.clk.Now(), Kind: pacing.SignalCut, Rate: 10,
+				Judged: tt.judged, JudgedThrottled: tt.throttled})
+			after := h.lane()
+			if tt.shown {
+				if after.Rate >= before.Rate || after.Ceiling >= before.Ceiling {
+					t.Errorf("rate %.1f, ceiling %.1f after the peer's cut, were %.1f and %.1f: want both lowered", after.Rate, after.Ceiling, before.Rate, before.Ceiling)
+				}
+				return
+			}
+			if after.Ceiling != before.Ceiling || after.Rate > 0.9*before.Ceiling+1e-9 {
+				t.Errorf("rate %.1f, ceiling %.1f after the peer's cut, were %.1f and %.1f: want the ceiling kept, the rate at 90%% of it at most", after.Rate, after.Ceiling, before.Rate, before.Ceiling)
+			}
+		})
+	}
 }

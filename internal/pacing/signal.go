@@ -29,6 +29,9 @@ type Signal struct {
 	// settled: the breaker opens when, together, more than HaltRate of
 	// them are 429s.
 	Answers, Throttled int
+	// Judged and JudgedThrottled are the answers a cut was judged on, and
+	// the 429s among them: a peer pools them with its own (Apply).
+	Judged, JudgedThrottled int
 }
 
 // Signal kinds.

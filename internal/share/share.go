@@ -56,6 +56,10 @@ type record struct {
 	// Answers and Throttled: the sender's rolling counts (pacing.Signal).
 	Answers   int `json:"answers,omitempty"`
 	Throttled int `json:"throttled,omitempty"`
+	// Judged and JudgedThrottled: the answers a cut was judged on
+	// (pacing.Signal).
+	Judged          int `json:"judged,omitempty"`
+	JudgedThrottled int `json:"judged_throttled,omitempty"`
 }
 
 // queued bounds the signals waiting to be produced.
@@ -149,7 +153,7 @@ func (e *Exchange) produce(ctx context.Context) {
 		e.queue = nil
 		e.mu.Unlock()
 		for _, s := range batch {
-			r := record{From: e.cfg.From, Kind: s.Kind, At: s.At.UnixMilli(), Rate: s.Rate, Accepted: s.Accepted, Storms: s.Storms, Answers: s.Answers, Throttled: s.Throttled}
+			r := record{From: e.cfg.From, Kind: s.Kind, At: s.At.UnixMilli(), Rate: s.Rate, Accepted: s.Accepted, Storms: s.Storms, Answers: s.Answers, Throttled: s.Throttled, Judged: s.Judged, JudgedThrottled: s.JudgedThrottled}
 			if !s.Until.IsZero() {
 				r.Until = s.Until.UnixMilli()
 			}
@@ -176,7 +180,7 @@ func (e *Exchange) apply(rec *kgo.Record) {
 	if len(rec.Key) == 0 || json.Unmarshal(rec.Value, &r) != nil || r.From == e.cfg.From || r.Kind == "" {
 		return
 	}
-	s := pacing.Signal{Origin: string(rec.Key), From: r.From, Kind: r.Kind, At: time.UnixMilli(r.At), Rate: r.Rate, Accepted: r.Accepted, Storms: r.Storms, Answers: r.Answers, Throttled: r.Throttled}
+	s := pacing.Signal{Origin: string(rec.Key), From: r.From, Kind: r.Kind, At: time.UnixMilli(r.At), Rate: r.Rate, Accepted: r.Accepted, Storms: r.Storms, Answers: r.Answers, Throttled: r.Throttled, Judged: r.Judged, JudgedThrottled: r.JudgedThrottled}
 	if r.Until != 0 {
 		s.Until = time.UnixMilli(r.Until)
 	}

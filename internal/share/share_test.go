@@ -147,13 +147,13 @@ func TestPauseReachesPeers(t *testing.T) {
 
 // TestSignalCarriesEveryField: a signal reaches a peer through push.pacing
 // with every figure it was published with, the rolling answer counts the
-// breaker judges on among them.
+// breaker judges on and the evidence of a cut among them.
 func TestSignalCarriesEveryField(t *testing.T) {
 	c := cluster(t)
 	a, b := start(t, c, "a"), start(t, c, "b")
 	at := time.Now().Truncate(time.Millisecond)
 	want := pacing.Signal{Origin: origin, From: "a", At: at, Kind: pacing.SignalCut, Rate: 12.5, Accepted: 11,
-		Until: at.Add(time.Second), Storms: 2, Answers: 90, Throttled: 29}
+		Until: at.Add(time.Second), Storms: 2, Answers: 90, Throttled: 29, Judged: 20, JudgedThrottled: 3}
 	a.ex.Publish(want)
 	deadline := time.Now().Add(5 * time.Second)
 	for len(b.rec.signals()) == 0 {
