@@ -54,7 +54,9 @@ const (
 //   - a cut: this processor cuts too, to what the origin accepted from it
 //     (unless it cut within a round trip): the origin's limit is shared, and
 //     a cut by one alone would leave the others over their part of it; the
-//     storms it counted count here too;
+//     storms it counted count here too. A cut judged on few answers (Judged)
+//     is pooled with this processor's own first: where together they show
+//     no limit, a rate probing past the ceiling only steps back under it;
 //   - a pause or an open breaker: the same holds here until s.Until;
 //   - a rate: remembered as the peer's part of the origin's rate; a lane
 //     still in slow start takes an equal part at once instead of probing
