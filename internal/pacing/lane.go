@@ -530,7 +530,7 @@ const probeCap = 1.3
 // limit for three seconds (3.9 s of tokens of 4 s), not for four.
 func (l *lane) provenLocked(now time.Time) float64 {
 	least := math.Inf(1)
-	limit := l.backgroundLocked(now) + l.cfg.CutRate
+	limit := l.cutThresholdLocked(now)
 	for sec := now.Unix() - proofSeconds; sec < now.Unix(); sec++ {
 		b := l.seconds[int(sec%int64(len(l.seconds)))]
 		if b.sec != sec || float64(b.throttled) > limit*float64(b.attempts)+1 {
@@ -1013,8 +1013,7 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		l.openLocked(p, now, float64(f.failed)/float64(f.n))
 		return
 	}
-	background := l.backgroundLocked(now)
-	threshold := background + l.cfg.CutRate
+	threshold := l.cutThresholdLocked(now)
 	if l.slowStart {
 		// Nothing is known of the origin yet: per-device 429s near the
 		// threshold must not end slow start far below its limit.
@@ -1243,6 +1242,12 @@ func (l *lane) backgroundLocked(now time.Time) float64 {
 	return min(float64(k)/float64(n), maxBackground)
 }
 
+// cutThresholdLocked is the 429 share past which a settled lane cuts: the
+// background plus CutRate.
+func (l *lane) cutThresholdLocked(now time.Time) float64 {
+	return l.backgroundLocked(now) + l.cfg.CutRate
+}
+
 const (
 	backgroundSpan = 30 // seconds
 	backgroundMin  = 100
@@ -1406,7 +1411,7 @@ func (l *lane) peerShowsLocked(s Signal, now time.Time) bool {
 	}
 	own := l.freshLocked(now, l.cfg.MinSamples)
 	n, k := s.Judged+own.n, s.JudgedThrottled+own.throttled
-	return aboveZ(k, n, l.backgroundLocked(now)+l.cfg.CutRate, l.z)
+	return aboveZ(k, n, l.cutThresholdLocked(now), l.z)
 }
 
 // strongSamples, in MinSamples: a peer's cut judged on this many answers
