@@ -471,6 +471,45 @@ func TestBackgroundIsNotTheLimits(t *testing.T) {
 	})
 }
 
+// TestSlowStartOnDevices: nothing is known of an origin in slow start, so
+// its first answers are judged against the threshold plus twice CutRate
+// (15% here): devices throttled one by one at 5% read 12% on forty answers
+// often enough that one draw in ten, of three starting together on an
+// origin with no limit, ended slow start at 60/s; its peers took the cut,
+// and the three sent a tenth of what the origin took for half a minute.
+// A limit's 429s grow with every round trip of slow start, and past 15%
+// they still end it.
+func TestSlowStartOnDevices(t *testing.T) {
+	// oneIn is n answers over a second, the span a judgement looks at,
+	// every every-th of them 429.
+	oneIn := func(every, n int) []step {
+		out := make([]step, n)
+		for i := range out {
+			out[i] = step{after: time.Second / time.Duration(n), send: []push.Result{ok}}
+			if (i+1)%every == 0 {
+				out[i].send = []push.Result{throttled}
+			}
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name  string
+		steps []step
+		ended bool
+	}{
+		{"devices: 6 of 48 (12.5%)", oneIn(8, 48), false},
+		{"a limit: 8 of 48 (16.7%)", oneIn(6, 48), true},
+	} {
+		inBubble(t, tt.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.run(tt.steps)
+			if got := !h.lane().SlowStart; got != tt.ended {
+				t.Errorf("slow start ended: %v, want %v; events %v", got, tt.ended, h.rec.brief())
+			}
+		})
+	}
+}
+
 // TestPeerCutPooled: a peer's cut is made here only when the answers it
 // was judged on, pooled with this lane's own since its last change, show a
 // 429 share past the threshold: a limit's 429s reach every processor
