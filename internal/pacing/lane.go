@@ -1286,11 +1286,7 @@ func (l *lane) cutLocked(now time.Time, acc float64) (took bool) {
 	// evidence is what ends cuts on per-device 429s.
 	took = acc > 0 && acc >= (1-maxBackground)*before
 	if !took {
-		for sec := now.Unix() - 2; sec <= now.Unix(); sec++ {
-			if b := &l.seconds[int(sec%int64(len(l.seconds)))]; b.sec == sec {
-				b.safe, b.safeThrottled = 0, 0
-			}
-		}
+		l.forgetBackgroundLocked(now)
 	}
 	// The ceiling is what the origin took, but never above what this
 	// processor sent: an estimate fed by a burst
@@ -1320,6 +1316,16 @@ func (l *lane) cutLocked(now time.Time, acc float64) (took bool) {
 	l.tokens = max(min(l.tokens, 0), -l.rate*spareFor)
 	l.restartLocked(now)
 	return took
+}
+
+// forgetBackgroundLocked drops the background evidence of the last three
+// seconds: their 429s are a limit's.
+func (l *lane) forgetBackgroundLocked(now time.Time) {
+	for sec := now.Unix() - 2; sec <= now.Unix(); sec++ {
+		if b := &l.seconds[int(sec%int64(len(l.seconds)))]; b.sec == sec {
+			b.safe, b.safeThrottled = 0, 0
+		}
+	}
 }
 
 // refusalSpan, in ticks, is the least time between the two refusals
@@ -1376,6 +1382,13 @@ func (l *lane) apply(p *Pacer, s Signal, now time.Time) {
 		}
 	case SignalCut, SignalPause:
 		l.storms = max(l.storms, s.Storms)
+		// A peer cuts on a limit (it signals no cut on an origin that took
+		// all but a background's share) or pauses on a storm: the 429s
+		// this lane saw meanwhile, at or below its own ceiling, may be
+		// that limit's, overrun by the peer's probe. Learnt as background
+		// they lifted the threshold: three processors sharing 100/s at
+		// 5 ms learnt up to 7% and held 5.2% 429s.
+		l.forgetBackgroundLocked(now)
 		switch {
 		case now.Sub(l.lastCut) < l.holdAfterCut():
 		case l.peerShowsLocked(s, now):

@@ -426,11 +426,13 @@ func TestPauseHoldsTheBacklog(t *testing.T) {
 // TestBackgroundIsNotTheLimits: the 429 share learnt as background
 // (devices throttled one by one, which no cut helps) is taken from sends
 // made under a ceiling that has stood settleFor (5 s) since slow start,
-// and never from answers to sends made before a cut: slow start's ceiling
-// is taken over the burst allowance it spent, and both are the limit's
-// 429s. Learnt from them, a background lifts the threshold past what the
-// limit throttles (at 20 req/s the grid saw 4 to 6 429s a second, uncut
-// for 4 s).
+// and never from answers to sends made before a cut, or in the seconds
+// before a peer's cut: slow start's ceiling is taken over the burst
+// allowance it spent, a peer's probe overruns the limit they share, and
+// all are the limit's 429s. Learnt from them, a background lifts the
+// threshold past what the limit throttles (at 20 req/s the grid saw 4 to
+// 6 429s a second, uncut for 4 s; three processors sharing 100/s held
+// 5.2%).
 func TestBackgroundIsNotTheLimits(t *testing.T) {
 	const ms = time.Millisecond
 	// oneIn25 is a second of sends, one in 25 answered 429 (4%: no cut).
@@ -450,6 +452,29 @@ func TestBackgroundIsNotTheLimits(t *testing.T) {
 		h.run(steps(oneIn25, oneIn25, oneIn25, oneIn25, oneIn25, oneIn25, oneIn25))
 		if bg := h.lane().Background; bg < 0.03 || bg > 0.05 {
 			t.Errorf("background %.3f after 5 s of 4%% 429s on a settled ceiling, want 4%%", bg)
+		}
+	})
+	inBubble(t, "429s in the seconds before a peer's cut", func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.endSlowStart()
+		clean := every(40*ms, 25, []push.Result{ok})
+		for range 11 { // 5 s to settle, 6 s learnt clean
+			h.run(clean)
+		}
+		// Then a peer probes past the limit the processors share: its
+		// 429s reach this lane too, at its own settled rate, too few to
+		// cut here.
+		h.run(steps(oneIn25, oneIn25))
+		before := h.lane().Background
+		if before <= 0 {
+			t.Fatalf("no 429 learnt as background before the peer's cut")
+		}
+		// Pooled with this lane's answers the peer's shows no limit here
+		// (2 of 45): the rate is not cut, but the background forgets.
+		h.p.Apply(pacing.Signal{Origin: origin, From: "peer", At: h.clk.Now(), Kind: pacing.SignalCut, Rate: 10,
+			Judged: 20, JudgedThrottled: 1})
+		if bg := h.lane().Background; bg != 0 {
+			t.Errorf("background %.3f after a peer cut on the limit, was %.3f: the limit's 429s of the seconds before it learnt as background", bg, before)
 		}
 	})
 	inBubble(t, "429s to sends made before a cut", func(t *testing.T) {
