@@ -498,10 +498,11 @@ func TestBackgroundIsNotTheLimits(t *testing.T) {
 
 // TestSlowStartOnDevices: nothing is known of an origin in slow start, so
 // its first answers are judged against the threshold plus twice CutRate
-// (15% here): devices throttled one by one at 5% read 12% on forty answers
-// often enough that one draw in ten, of three starting together on an
-// origin with no limit, ended slow start at 60/s; its peers took the cut,
-// and the three sent a tenth of what the origin took for half a minute.
+// (15% here). At 10%, devices throttled one by one at 5% read past it on
+// the first twenty-odd answers often enough that one draw in ten, of three
+// processors starting together on an origin with no limit, ended slow
+// start at 60/s; its peers took the cut, and the three sent a tenth of
+// what the origin took for half a minute.
 // A limit's 429s grow with every round trip of slow start, and past 15%
 // they still end it.
 func TestSlowStartOnDevices(t *testing.T) {
