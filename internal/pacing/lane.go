@@ -1016,11 +1016,12 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 	threshold := l.cutThresholdLocked(now)
 	if l.slowStart {
 		// Nothing is known of the origin yet: per-device 429s near the
-		// threshold must not end slow start far below its limit. At
-		// twice CutRate more, a limit's share, which grows with every
-		// round trip of slow start, passes it a little later. At once
-		// more, devices throttled one by one (5%) read past it on the
-		// first twenty-odd answers often enough that three processors
+		// threshold must not end slow start far below its limit, so it
+		// ends on the threshold plus twice CutRate (15% by default). A
+		// limit's share grows with every round trip of slow start and
+		// passes that a round trip or two later. At 10%, devices
+		// throttled one by one (5%) read past it on the first
+		// twenty-odd answers often enough that three processors
 		// starting together on an origin with no limit ended slow start
 		// at 60/s in 6 draws of 60, and sent a tenth of what it took
 		// for half a minute.

@@ -56,7 +56,9 @@ const (
 //     a cut by one alone would leave the others over their part of it; the
 //     storms it counted count here too. A cut judged on few answers (Judged)
 //     is pooled with this processor's own first: where together they show
-//     no limit, a rate probing past the ceiling only steps back under it;
+//     no limit, a rate probing past the ceiling only steps back under it.
+//     Either way, the 429s of the last three seconds here are not learnt
+//     as background: they may be the shared limit's, overrun by the peer;
 //   - a pause or an open breaker: the same holds here until s.Until;
 //   - a rate: remembered as the peer's part of the origin's rate; a lane
 //     still in slow start takes an equal part at once instead of probing
