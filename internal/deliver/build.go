@@ -23,7 +23,14 @@ func (h *Handler) retry(j *job, d topology.Decision) *kgo.Record {
 	due := d.Due.Add(h.jitter(d.Delay))
 	j.rep.Retry = &RetryInfo{Tier: j.in.Source.Tier, Step: tiers.StepName(d.Delay), Topic: topic, Origin: j.rep.Origin,
 		Deferred: j.res.Class == push.Deferred, Paced: j.rep.Paced, RetryAfter: j.res.RetryAfter > 0}
-	return retryRecord(h.signer, topic, j.in.Record, j.meta, due, d.NotBefore, h.cfg.SigLifetime)
+	// push-error, like push-status, tells what the last attempt met
+	// ("timeout", "push service answered 503"); a deferral made none and
+	// carries the previous one on.
+	cause := j.meta.Error
+	if j.res.Class != push.Deferred {
+		cause = j.res.Err
+	}
+	return retryRecord(h.signer, topic, j.in.Record, j.meta, due, d.NotBefore, cause, h.cfg.SigLifetime)
 }
 
 // terminal builds the records of an event's end: DLQ and outcome, or the
@@ -64,12 +71,13 @@ func (h *Handler) outcome(j *job, id, endpointHash string, d topology.Decision) 
 }
 
 // retryRecord is the record of r on retry topic, due at due, signed until
-// SigLifetime after it. The timestamp of the event's first record travels
+// SigLifetime after it, with cause, the last attempt's failure, in
+// push-error. The timestamp of the event's first record travels
 // with it: it is created_at when the event has none, so the TTL and
 // latency_ms count from production, not from the last hop.
-func retryRecord(signer *topology.Signer, topic string, r *kgo.Record, meta topology.Meta, due, notBefore time.Time, sigLifetime time.Duration) *kgo.Record {
+func retryRecord(signer *topology.Signer, topic string, r *kgo.Record, meta topology.Meta, due, notBefore time.Time, cause string, sigLifetime time.Duration) *kgo.Record {
 	meta.Due, meta.NotBefore = due, notBefore
-	meta.Reason, meta.Error = "", ""
+	meta.Reason, meta.Error = "", truncate(cause, 200)
 	rec := newRecord()
 	hs := meta.Headers(rec.hs[:0])
 	sig := signer.Sign(topic, hs, r.Value, due.Add(sigLifetime))
@@ -117,7 +125,7 @@ func outcomeRecord(topic string, r *kgo.Record, meta topology.Meta, o topology.O
 // allocated together: routing headers, push-sig and the trace context fit.
 type recordWithHeaders struct {
 	kgo.Record
-	hs [10]kgo.RecordHeader
+	hs [12]kgo.RecordHeader
 }
 
 func newRecord() *recordWithHeaders { return new(recordWithHeaders) }

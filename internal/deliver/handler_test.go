@@ -173,6 +173,57 @@ func TestHandleRetryRecords(t *testing.T) {
 	}
 }
 
+// A retry record says in push-error what its last attempt met, as
+// push-status does: a status, a timeout, a refused dial. A deferral made no
+// attempt and carries the previous cause on. The header is signed with the
+// others.
+func TestRetryRecordSaysWhy(t *testing.T) {
+	errorOf := func(r *kgo.Record) string {
+		for _, h := range r.Headers {
+			if h.Key == topology.HeaderError {
+				return string(h.Value)
+			}
+		}
+		return ""
+	}
+	for _, res := range []push.Result{
+		{Class: push.Retryable, Status: 503, Err: "push service answered 503"},
+		{Class: push.Retryable, Err: "timeout"},
+		{Class: push.Retryable, Err: "connection error: dial"},
+	} {
+		h, _, signer := newHandler(t, res)
+		d := h.Handle(context.Background(), tierIn(eventValue("why", nil)))
+		if got := topics(d); !slices.Equal(got, []string{"push.tier1.retry-2s"}) {
+			t.Fatalf("%+v: produces %v", res, got)
+		}
+		r := d.Records[0]
+		if got := errorOf(r); got != res.Err {
+			t.Errorf("%+v: push-error %q, want %q", res, got, res.Err)
+		}
+		if err := signer.Verify(r, t0); err != nil {
+			t.Errorf("%+v: %v", res, err)
+		}
+	}
+
+	// A Retry-After hop: no send, the cause of the attempt before it.
+	h, s, signer := newHandler(t, push.Result{Class: push.Delivered, Status: 201})
+	topic := "push.tier1.retry-60s"
+	v := eventValue("hop", nil)
+	meta := topology.Meta{Attempt: 1, Due: t0, NotBefore: t0.Add(5 * time.Minute), FirstSeen: t0.Add(-time.Minute),
+		Origin: "push.tier1/0/9", Status: 0, Error: "timeout"}
+	hs := meta.Headers(nil)
+	hs = append(hs, kgo.RecordHeader{Key: topology.HeaderSig, Value: []byte(signer.Sign(topic, hs, v, t0.Add(time.Hour)))})
+	in := In{Record: &kgo.Record{Topic: topic, Value: v, Headers: hs, Timestamp: t0.Add(-time.Minute)},
+		Source: topology.Source{Tier: tiers.Tier1, Retry: true, Delay: time.Minute}, Received: t0, Due: t0}
+	d := h.Handle(context.Background(), in)
+	if got := topics(d); !slices.Equal(got, []string{topic}) || s.sends != 0 {
+		t.Fatalf("hop: produces %v after %d sends", got, s.sends)
+	}
+	if got := errorOf(d.Records[0]); got != "timeout" {
+		t.Errorf("hop: push-error %q, want the last attempt's %q", got, "timeout")
+	}
+}
+
 // The hooks see a record only when Acked is called.
 func TestHooksAfterAck(t *testing.T) {
 	h, _, _ := newHandler(t, push.Result{Class: push.Delivered, Status: 201})
