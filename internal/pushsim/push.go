@@ -48,6 +48,10 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	s.delay(r.Context(), latency)
 
 	d.Status, d.Reason = v.status, v.reason
+	// The sender gave up on the request before it was answered (its
+	// timeout, or it went away): it cannot know the answer, and one that
+	// timed out sends the push again.
+	d.ClientGone = r.Context().Err() != nil
 	s.rec.add(d)
 	if s.logger.Enabled(r.Context(), slog.LevelDebug) { // skip building attrs on the hot path
 		s.logger.Debug("push answered", "sub", hashID(d.SubID), "status", v.status, "reason", v.reason)

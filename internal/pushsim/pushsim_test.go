@@ -799,3 +799,31 @@ func TestKeepDeliveries(t *testing.T) {
 		t.Errorf("Stats.Requests = %d, want %d", got, want)
 	}
 }
+
+// TestClientGone: a request its sender gave up on before the answer (a
+// send timeout) is recorded with ClientGone, so a harness can tell the
+// push it was sent again for from a duplicate; one answered in time is not.
+func TestClientGone(t *testing.T) {
+	sim, c, _ := newHTTPSim(t, pushsim.DefaultConfig())
+	keys := newVAPID(t)
+	slow := sim.Subscribe(pushsim.Response{Latency: 10 * time.Second})
+	impatient := &http.Client{Transport: c.Transport, Timeout: 100 * time.Millisecond}
+	_, err := webpush.SendNotification([]byte("m"), &webpush.Subscription{
+		Endpoint: slow.Endpoint, Keys: webpush.Keys{P256dh: slow.P256dh, Auth: slow.Auth},
+	}, defaultOptions(impatient, keys))
+	if err == nil {
+		t.Fatal("a 10 s answer came within a 100 ms timeout")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(sim.Deliveries()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if d := lastDelivery(t, sim); !d.ClientGone || d.Status != http.StatusCreated {
+		t.Errorf("request given up on: %+v, want status 201 and ClientGone", d)
+	}
+
+	send(t, sim.Subscribe(), []byte("m"), defaultOptions(c, keys))
+	if d := lastDelivery(t, sim); d.ClientGone {
+		t.Errorf("request answered in time: ClientGone set")
+	}
+}

@@ -28,6 +28,10 @@ type Delivery struct {
 	Status   int       `json:"status"`              // what the simulator answered
 	Reason   string    `json:"reason,omitempty"`    // why it answered an error status
 	At       time.Time `json:"at"`                  // when the request arrived
+	// ClientGone: the sender had closed the request (or its connection)
+	// before the answer was written, so it never read the answer. Seen
+	// when the simulator notices in time; false says nothing.
+	ClientGone bool `json:"client_gone,omitempty"`
 }
 
 // Stats counts answered push requests.

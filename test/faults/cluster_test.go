@@ -826,20 +826,63 @@ func (c *cluster) explain(ctx context.Context, evs []*event) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	commits, err := c.adm.FetchOffsets(ctx, group)
+	if err != nil {
+		t.Logf("explain: fetch offsets: %v", err)
+	}
+	lines := make(map[*event][]string)
+	err = c.scan(ctx, names.All(&policy), evs, func(e *event, r *kgo.Record) {
+		var hs []string
+		for _, h := range r.Headers {
+			if h.Key != topology.HeaderSig && h.Key != topology.HeaderTraceparent {
+				hs = append(hs, h.Key+"="+string(h.Value))
+			}
+		}
+		committed := "no commit"
+		if o, ok := commits.Lookup(r.Topic, r.Partition); ok && o.Err == nil {
+			committed = fmt.Sprintf("committed %d", o.At)
+		}
+		lines[e] = append(lines[e], fmt.Sprintf("  %s/%d@%d at %s (%s) %s", r.Topic, r.Partition, r.Offset,
+			r.Timestamp.Format("15:04:05.000"), committed, strings.Join(hs, " ")))
+	})
+	if err != nil {
+		t.Logf("explain: %v", err)
+	}
+	byKey := make(map[string]bool)
+	for _, e := range evs {
+		byKey[string(e.rec.Key)] = true
+	}
+	var answers = make(map[string][]string)
+	for _, d := range c.sim.Deliveries() {
+		if byKey[d.SubID] {
+			gone := ""
+			if d.ClientGone {
+				gone = ", sender gone"
+			}
+			answers[d.SubID] = append(answers[d.SubID], fmt.Sprintf("%d (TTL %d%s) at %s", d.Status, d.TTL, gone, d.At.Format("15:04:05.000")))
+		}
+	}
+	for _, e := range evs {
+		t.Logf("explain %s (%s, %s, key %s): push service answered [%s]; records:\n%s", e.id, e.kind.Name, e.tier, e.rec.Key,
+			strings.Join(answers[string(e.rec.Key)], ", "), strings.Join(lines[e], "\n"))
+	}
+	if lag, err := c.lagged(ctx); err == nil {
+		t.Logf("explain: input partitions behind: %v", lag)
+	}
+}
+
+// scan reads topics from their start to their current end and calls each
+// for every record of an event of evs: keyed by its subscription (tier,
+// retry and DLQ records) or its id (outcomes).
+func (c *cluster) scan(ctx context.Context, topics []string, evs []*event, each func(*event, *kgo.Record)) error {
 	byKey := make(map[string]*event)
 	for _, e := range evs {
 		byKey[string(e.rec.Key)] = e
 		byKey[e.id] = e
 	}
-	topics := names.All(&policy)
 	ends, err := c.adm.ListEndOffsets(ctx, topics...)
 	if err != nil {
-		t.Logf("explain: list end offsets: %v", err)
-		return
-	}
-	commits, err := c.adm.FetchOffsets(ctx, group)
-	if err != nil {
-		t.Logf("explain: fetch offsets: %v", err)
+		return fmt.Errorf("list end offsets: %w", err)
 	}
 	want := make(map[string]map[int32]kgo.Offset)
 	left := 0
@@ -852,54 +895,29 @@ func (c *cluster) explain(ctx context.Context, evs []*event) {
 			left++
 		}
 	})
+	if left == 0 {
+		return nil
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.brokerAddr), kgo.ConsumePartitions(want), kgo.FetchMaxWait(250*time.Millisecond))
 	if err != nil {
-		t.Logf("explain: %v", err)
-		return
+		return err
 	}
 	defer cl.Close()
-	lines := make(map[*event][]string)
 	for left > 0 {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			t.Logf("explain: read every topic: %v", ctx.Err())
-			break
+			return fmt.Errorf("read every topic: %w", ctx.Err())
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			if end, ok := ends.Lookup(r.Topic, r.Partition); ok && r.Offset == end.Offset-1 {
 				left--
 			}
-			e := byKey[string(r.Key)]
-			if e == nil {
-				return
+			if e := byKey[string(r.Key)]; e != nil {
+				each(e, r)
 			}
-			var hs []string
-			for _, h := range r.Headers {
-				if h.Key != topology.HeaderSig && h.Key != topology.HeaderTraceparent {
-					hs = append(hs, h.Key+"="+string(h.Value))
-				}
-			}
-			committed := "no commit"
-			if o, ok := commits.Lookup(r.Topic, r.Partition); ok && o.Err == nil {
-				committed = fmt.Sprintf("committed %d", o.At)
-			}
-			lines[e] = append(lines[e], fmt.Sprintf("  %s/%d@%d at %s (%s) %s", r.Topic, r.Partition, r.Offset,
-				r.Timestamp.Format("15:04:05.000"), committed, strings.Join(hs, " ")))
 		})
 	}
-	var answers = make(map[string][]string)
-	for _, d := range c.sim.Deliveries() {
-		if e := byKey[d.SubID]; e != nil {
-			answers[d.SubID] = append(answers[d.SubID], fmt.Sprintf("%d (TTL %d) at %s", d.Status, d.TTL, d.At.Format("15:04:05.000")))
-		}
-	}
-	for _, e := range evs {
-		t.Logf("explain %s (%s, %s, key %s): push service answered [%s]; records:\n%s", e.id, e.kind.Name, e.tier, e.rec.Key,
-			strings.Join(answers[string(e.rec.Key)], ", "), strings.Join(lines[e], "\n"))
-	}
-	if lag, err := c.lagged(ctx); err == nil {
-		t.Logf("explain: input partitions behind: %v", lag)
-	}
+	return nil
 }
 
 func TestBreakerRe(t *testing.T) {

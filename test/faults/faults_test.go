@@ -83,6 +83,7 @@ func TestFaults(t *testing.T) {
 		{"3-broker-restart", scenarioBrokerRestart},
 		{"4-push-outage", scenarioPushOutage},
 		{"6-poison-records", scenarioPoison},
+		{"8-timed-out-send", scenarioTimedOutSend},
 	}
 	only := os.Getenv("TIERPUSH_FAULTS_ONLY") // e.g. "1,4"
 	run := func(t *testing.T, s scenario, parallel bool) {
@@ -308,14 +309,14 @@ func scenarioRollingRestart(t *testing.T) row {
 	}
 	c.checkRunning()
 	tl := c.check(t, all)
-	if tl.dupSends != 0 || tl.dupOutcomes != 0 {
-		t.Errorf("graceful handoff: %d duplicate deliveries and %d duplicate ledger records, want 0 and 0; duplicate deliveries relative to the first SIGTERM: %s",
-			tl.dupSends, tl.dupOutcomes, describeTimes(duplicateTimes(c.sim), first))
+	if sends, outcomes := tl.handOffDups(); sends != 0 || outcomes != 0 {
+		t.Errorf("graceful handoff: %d duplicate deliveries (%d more after a timed-out send) and %d duplicate ledger records, want 0 and 0; duplicate deliveries relative to the first SIGTERM: %s",
+			sends, tl.dupTimedOut, outcomes, describeTimes(duplicateTimes(c.sim), first))
 	}
 	return row{
 		scenario: "2. rolling restart (SIGTERM ×3)", events: len(all), lost: tl.lost, dups: tl.dupSends,
 		recover: secs(worst) + " (slowest restart)",
-		notes:   fmt.Sprintf("duplicate ledger records %d; lag 0 on every tier and retry partition afterwards", tl.dupOutcomes),
+		notes:   fmt.Sprintf("duplicate ledger records %d; lag 0 on every tier and retry partition afterwards%s", tl.dupOutcomes, tl.timedOutNote()),
 	}
 }
 

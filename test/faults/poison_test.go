@@ -145,7 +145,7 @@ func scenarioPoison(t *testing.T) row {
 	if err := c.ledger.waitAll(ctx, good); err != nil {
 		t.Errorf("%v (%d missing)", err, c.ledger.missing(good))
 	}
-	sent := deliveries(c.sim)
+	sent, _ := deliveries(c.sim)
 	for _, p := range ps {
 		if p.payload != "" && sent[p.payload] > 0 {
 			t.Errorf("poison %s: the push service got it %d times, want never", p.name, sent[p.payload])
