@@ -1064,20 +1064,13 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		// up.
 		held = stormy && l.storms > 0 && acc > 0 && acc < l.rate && l.rate <= l.ceiling && share >= insensitive*l.cutShare
 	}
-	// The breaker opens on a judgement of judgeMin at least: a storm seen
-	// sooner pauses. Right after a cut, the first round trip's answers are
-	// those of the sends granted together at the cut, met by an allowance
-	// the rate before it had spent: a lone processor on an origin of
-	// 500/s at 50 ms opened its breaker on them (all 429s, 51 ms after a
-	// cut to 466/s) in 2 draws of 43, and delivered half of the limit.
-	long := f.span >= judgeMin
 	switch {
-	case long && float64(f.throttled) > l.cfg.HaltRate*float64(f.n) && l.haltingLocked(now):
+	case float64(f.throttled) > l.cfg.HaltRate*float64(f.n) && l.haltingLocked(now):
 		// Cut after cut, the rolling 429 share stays past HaltRate: the
 		// 429s do not follow the rate.
 		l.storms = 0
 		l.openLocked(p, now, share)
-	case long && stormy && l.storms >= maxStorms-1 && l.rollingPastLocked(now):
+	case stormy && l.storms >= maxStorms-1 && l.rollingPastLocked(now):
 		// The storms go on however far the rate is cut: these 429s do not
 		// follow the rate (a service throttling at random, or failing
 		// with 429s). Halt the origin; half-open probes decide, and it
