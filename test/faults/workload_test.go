@@ -111,13 +111,9 @@ func (c *cluster) timedOut(evs []*event) (map[string]int, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var topics []string
-	for _, t := range tiers.All {
-		for _, d := range policy.Ladder(t).Steps {
-			topics = append(topics, names.Retry(t, d))
-		}
-	}
-	err := c.scan(ctx, topics, evs, func(e *event, r *kgo.Record) {
+	// The tier topics among the inputs carry no push-error: read with the
+	// retry topics rather than listing those again.
+	err := c.scan(ctx, names.Inputs(&policy), evs, func(e *event, r *kgo.Record) {
 		for _, h := range r.Headers {
 			if h.Key == topology.HeaderError && string(h.Value) == "timeout" {
 				out[e.id]++
