@@ -111,6 +111,10 @@ type lane struct {
 
 	seconds []second
 	ticks   [keptTicks]tick
+	// The Retry-After of the last 429s, oldest overwritten first: a pause
+	// waits the one most of them carry (retryAfterLocked).
+	retryAfters [retryAfterKept]time.Duration
+	retryAfterN int
 
 	// The controller.
 	rate       float64 // sends per second
@@ -781,6 +785,10 @@ func (l *lane) done(s *Slot, r push.Result, throttled bool, now time.Time) (devi
 		l.wakeLocked(p, now)
 		return
 	}
+	if throttled {
+		l.retryAfters[l.retryAfterN%retryAfterKept] = r.RetryAfter
+		l.retryAfterN++
+	}
 	l.recordLocked(s.granted, now, throttled, failed, s.safe)
 	if s.probe {
 		switch {
@@ -800,7 +808,7 @@ func (l *lane) done(s *Slot, r push.Result, throttled bool, now time.Time) (devi
 		return
 	}
 	if l.breaker == Closed {
-		l.adaptLocked(p, now, r.RetryAfter)
+		l.adaptLocked(p, now)
 	}
 	if !l.slowStart && now.Sub(l.reported) >= peerEvery {
 		l.signalLocked(p, now, SignalRate, time.Time{})
@@ -993,7 +1001,7 @@ func (l *lane) acceptedLocked(now time.Time) float64 {
 }
 
 // adaptLocked applies the pacing rules after an answer.
-func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
+func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 	f := l.freshLocked(now, l.cfg.MinSamples)
 	if f.n < l.cfg.MinSamples {
 		return
@@ -1081,7 +1089,7 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 		if stormy {
 			l.storms++
 		}
-		until := now.Add(max(retryAfter, l.cfg.DefaultPause))
+		until := now.Add(max(l.retryAfterLocked(), l.cfg.DefaultPause))
 		if held {
 			l.restartLocked(now)
 		} else {
@@ -1110,6 +1118,27 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time, retryAfter time.Duration) {
 			l.signalCutLocked(p, now, f)
 		}
 	}
+}
+
+// retryAfterKept is how many 429s' Retry-After the lane keeps.
+const retryAfterKept = 15
+
+// retryAfterLocked is the Retry-After a storm's pause waits: the median of
+// the last retryAfterKept 429s'. A storm's 429s are the origin's, most of
+// them, and carry its Retry-After; the answer that happens to tip the
+// share past HaltRate may be a device's, throttled one by one with a
+// longer Retry-After of its own (FCM's, or 5 s in the grid's model). Taken
+// from that one answer, a pause held an origin of 2,000/s for 5 s where
+// its own 429s asked for 1 s. A device's Retry-After is honoured where it
+// belongs: its subscription is paused (done).
+func (l *lane) retryAfterLocked() time.Duration {
+	n := min(l.retryAfterN, retryAfterKept)
+	if n == 0 {
+		return 0
+	}
+	kept := slices.Clone(l.retryAfters[:n])
+	slices.Sort(kept)
+	return kept[n/2]
 }
 
 // maxStorms cuts and pauses in a row with no clean judgement between them
@@ -1400,6 +1429,12 @@ func (l *lane) apply(p *Pacer, s Signal, now time.Time) {
 		}
 		if s.Kind == SignalPause && s.Until.After(l.paused) {
 			l.pauseLocked(now, s.Until)
+			// The answers so far are the storm's the pause answers, as
+			// on a pause of this lane's own: judged after it, a peer
+			// paused for 5 s 11 ms after its own cut read their 23%
+			// 429s against what it accepted over the pause (12/s) and
+			// cut to a hundredth of the limit.
+			l.restartLocked(now)
 			l.event(p, Event{At: now, Kind: "pause", Until: l.paused, Peer: true})
 		}
 	case SignalOpen:

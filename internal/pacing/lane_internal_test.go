@@ -199,3 +199,36 @@ func TestAcceptedBetweenRefusals(t *testing.T) {
 		t.Errorf("accepted %.0f/s, want about 500 (what it took between the refusals half a second apart)", got)
 	}
 }
+
+// TestPeerPauseEndsTheJudgement: a peer's pause answers the 429s this lane
+// saw before it, as a pause of its own would. Judged after the pause, a
+// lane paused 11 ms after its own cut read those 429s (23%) against what
+// it accepted over the 5 s pause (12/s), cut to a hundredth of a limit of
+// 2,000/s, and its peers followed: a quarter of the limit went unused for
+// twenty seconds.
+func TestPeerPauseEndsTheJudgement(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	p, l := testLane(t, start)
+	l.slowStart, l.settled = false, start.Add(-time.Minute)
+	l.rate, l.ceiling, l.latency = 1000, 1100, 0.005
+	cut := start.Add(10 * time.Second)
+	l.restartLocked(cut)
+	// The sends of the first 10 ms at the new rate: a quarter of them 429s.
+	for i := range 30 {
+		granted := cut.Add(time.Duration(i) * 300 * time.Microsecond)
+		l.recordLocked(granted, granted.Add(5*time.Millisecond), i%4 == 0, false, false)
+	}
+	at := cut.Add(11 * time.Millisecond)
+	until := at.Add(5 * time.Second)
+	l.apply(p, Signal{Origin: l.origin, From: "peer", At: at, Kind: SignalPause, Until: until}, at)
+	if !l.paused.Equal(until) {
+		t.Fatalf("paused until %v, want the peer's %v", l.paused.Sub(start), until.Sub(start))
+	}
+	// The first answer after the pause.
+	now := until.Add(5 * time.Millisecond)
+	l.recordLocked(until, now, false, false, false)
+	l.adaptLocked(p, now)
+	if l.rate < 1000 {
+		t.Errorf("rate %.1f/s after the pause, want 1000: a cut on the answers the pause answered", l.rate)
+	}
+}

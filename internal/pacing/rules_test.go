@@ -585,3 +585,37 @@ func TestPeerCutPooled(t *testing.T) {
 		})
 	}
 }
+
+// TestStormPausesForTheOriginsRetryAfter: a storm's pause waits the
+// Retry-After most of its 429s carry, not that of the answer that tipped
+// the share: a device throttled one by one may ask for longer (5 s) than
+// the origin (1 s), and a pause taken from it held an origin of 2,000/s
+// idle for 5 s.
+func TestStormPausesForTheOriginsRetryAfter(t *testing.T) {
+	const s = time.Second
+	for _, c := range []struct {
+		name  string
+		first time.Duration // the Retry-After of the first four 429s
+		last  time.Duration // and of the fifth, which makes the storm
+		want  time.Duration
+	}{
+		{"a device's longer Retry-After last", s, 5 * s, s},
+		{"a 429 without one last", 10 * s, 0, 10 * s},
+		{"none at all", 0, 0, s}, // DefaultPause
+	} {
+		inBubble(t, c.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			// MinSamples is 20: 15 accepted and four 429s are not judged;
+			// the fifth 429 makes a quarter, past HaltRate.
+			h.send(rep(15, ok)...)
+			h.send(rep(4, throttledFor(c.first))...)
+			if until := h.lane().PausedUntil; until.After(h.clk.Now()) {
+				t.Fatalf("paused on 19 answers, want the twentieth to decide")
+			}
+			h.send(throttledFor(c.last))
+			if got := h.lane().PausedUntil.Sub(h.clk.Now()); got != c.want {
+				t.Errorf("paused for %v, want %v", got, c.want)
+			}
+		})
+	}
+}
