@@ -1227,7 +1227,8 @@ func (l *lane) rollingAllLocked(now time.Time) (n, k int, cut bool) {
 
 // rollingLocked counts the answers haltingLocked judges this lane on, and
 // their 429s: those of the rolling Window since settleFor after slow start
-// ended, none while in slow start or while the breaker is not closed.
+// ended, once they span haltSpan; none while in slow start or while the
+// breaker is not closed.
 func (l *lane) rollingLocked(now time.Time) (n, k int, from time.Time) {
 	if l.slowStart || l.breaker != Closed {
 		return 0, 0, now
@@ -1235,6 +1236,9 @@ func (l *lane) rollingLocked(now time.Time) (n, k int, from time.Time) {
 	from = l.settled.Add(settleFor)
 	if w := now.Add(-min(l.cfg.Window, time.Duration(len(l.seconds))*time.Second)); w.After(from) {
 		from = w
+	}
+	if now.Sub(from) < haltSpan {
+		return 0, 0, from
 	}
 	for sec := now.Unix(); sec > from.Unix(); sec-- {
 		if b := l.seconds[int(sec%int64(len(l.seconds)))]; b.sec == sec {
@@ -1246,6 +1250,14 @@ func (l *lane) rollingLocked(now time.Time) (n, k int, from time.Time) {
 
 // haltSamples, in MinSamples, is how many answers haltingLocked needs.
 const haltSamples = 5
+
+// haltSpan is the least span of the rolling share (rollingLocked). A
+// tenth of a second of it is one round trip, not a rolling share: a lone
+// processor on an origin of 500/s at 50 ms, a cut 6.1 s into its life
+// (settleFor after slow start ended at 1 s), read the first round trip's
+// answers after that cut, nothing but 429s, as its rolling share, and
+// opened the breaker on devices' 429s in 2 draws of 43.
+const haltSpan = 2 * time.Second
 
 // stormSpan is the least span stormyAllLocked looks back over.
 const stormSpan = 10 * time.Second

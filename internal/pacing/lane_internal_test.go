@@ -163,6 +163,24 @@ func TestHaltOnRollingShare(t *testing.T) {
 		t.Errorf("a third of the answers 429s but no cut tried on them: the breaker's rule held")
 	}
 
+	// The first round trip after a cut, a tenth of a second past
+	// settleFor: 50 answers, every one a 429, are not yet a rolling
+	// share; two seconds later, at the same share, they are.
+	{
+		l := newLane("https://push.example.net", p, start)
+		l.slowStart, l.settled = false, start.Add(-20*time.Millisecond)
+		cut := start.Add(settleFor + 50*time.Millisecond)
+		l.restartLocked(cut)
+		answer(l, cut, 50*time.Millisecond, 50, 50)
+		if now := cut.Add(60 * time.Millisecond); l.haltingLocked(now) || l.rollingPastLocked(now) {
+			t.Errorf("50 429s of one round trip, %v after the rolling share begins: judged a rolling share past the halt rate", now.Sub(l.settled.Add(settleFor)))
+		}
+		answer(l, cut.Add(100*time.Millisecond), 2*time.Second, 300, 100)
+		if now := cut.Add(2200 * time.Millisecond); !l.haltingLocked(now) {
+			t.Errorf("150 of 350 answers over 2 s 429s: the breaker's rule did not hold")
+		}
+	}
+
 	// Three processors: ten seconds of this one's answers are too few
 	// alone; with what its peers report they are enough.
 	l, now := lane(10, 3)
