@@ -250,3 +250,69 @@ func TestPeerPauseEndsTheJudgement(t *testing.T) {
 		t.Errorf("rate %.1f/s after the pause, want 1000: a cut on the answers the pause answered", l.rate)
 	}
 }
+
+// TestCutsInARowHold: 429s thrown at random follow the rate down, a cut
+// every judgement; past maxCutsInRow cuts in a row with no clean judgement
+// between them, the rate is held so that the judgement keeps its answers
+// (a lone processor on a service throttling 30% at random went from 9 to
+// 0.9 sends a second in 20 s, and its breaker never opened). Here a fifth
+// at random, which the storms' own hold (past HaltRate) does not see. A
+// clean judgement between cuts, as a limit's 429s give once the rate is
+// under it, lets the next cut through.
+func TestCutsInARowHold(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	p := testPacer(t)
+	// judge records two seconds of answers at the lane's rate from at,
+	// every fifth a 429, and judges them; clean ones, four seconds of
+	// them (a clean judgement is made on thirty answers).
+	judge := func(l *lane, at time.Time, clean bool) time.Time {
+		span := 2 * time.Second
+		if clean {
+			span *= 2
+		}
+		n := int(span.Seconds() * l.rate)
+		for i := range n {
+			a := at.Add(time.Duration(i+1) * span / time.Duration(n+1))
+			l.recordLocked(a.Add(-10*time.Millisecond), a, !clean && i%5 == 4, false, false)
+		}
+		end := at.Add(span)
+		l.adaptLocked(p, end)
+		return end
+	}
+	newSettled := func() *lane {
+		l := newLane("https://push.example.net", p, start)
+		l.slowStart, l.settled = false, start
+		l.rate, l.ceiling, l.latency = 20, 22, 0.01
+		return l
+	}
+
+	l := newSettled()
+	at := start.Add(settleFor)
+	var rates []float64
+	for range 3 {
+		at = judge(l, at, false)
+		rates = append(rates, l.rate)
+	}
+	if l.breaker != Closed {
+		t.Fatalf("breaker %s, want the rate held with the breaker closed", l.breaker)
+	}
+	if !(rates[0] < 20 && rates[1] < rates[0]) {
+		t.Fatalf("rates %.1f after two judgements of 20%% 429s, want two cuts", rates[:2])
+	}
+	if rates[2] != rates[1] {
+		t.Errorf("rate %.1f after a third judgement of 20%% 429s, want it held at %.1f", rates[2], rates[1])
+	}
+
+	l = newSettled()
+	at = judge(l, start.Add(settleFor), false)
+	at = judge(l, at, false)
+	held := l.rate
+	at = judge(l, at, true) // a clean judgement: the limit is under the rate
+	if l.cutsInRow != 0 {
+		t.Fatalf("%d cuts in a row after a clean judgement, want 0", l.cutsInRow)
+	}
+	judge(l, at, false)
+	if l.rate >= held {
+		t.Errorf("rate %.1f after a clean judgement and one of 20%% 429s, want a cut below %.1f", l.rate, held)
+	}
+}
