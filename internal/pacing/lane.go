@@ -1155,8 +1155,8 @@ func (l *lane) retryAfterLocked() time.Duration {
 	if n == 0 {
 		return 0
 	}
-	kept := slices.Clone(l.retryAfters[:n])
-	slices.Sort(kept)
+	kept := l.retryAfters // a copy, on the stack
+	slices.Sort(kept[:n])
 	return kept[n/2]
 }
 
