@@ -2,9 +2,7 @@ package pipeline_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"net"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -55,27 +53,18 @@ func TestLedgerTLSSCRAM(t *testing.T) {
 
 		// The broker really demands both: a wrong password and a
 		// plaintext client get nowhere.
-		tlsDial := func(ctx context.Context, network, host string) (net.Conn, error) {
-			conn, err := env.VN.DialContext(ctx, network, host)
-			if err != nil {
-				return nil, err
-			}
-			c := env.PKI.ClientConfig(t)
-			c.ServerName = "127.0.0.1"
-			return tls.Client(conn, c), nil
-		}
 		login := func(pass string) kgo.Opt {
 			return kgo.SASL(scram.Auth{User: user.Name, Pass: pass}.AsSha512Mechanism())
 		}
 		seed := kgo.SeedBrokers(env.Brokers...)
 		refused := map[string][]kgo.Opt{
-			"wrong password": {seed, kgo.Dialer(tlsDial), login("guess")},
-			"no login":       {seed, kgo.Dialer(tlsDial)},
+			"wrong password": {seed, kgo.Dialer(env.DialTLS), login("guess")},
+			"no login":       {seed, kgo.Dialer(env.DialTLS)},
 			"plaintext":      {seed, kgo.Dialer(env.VN.DialContext), login(user.Password)},
 		}
 		// The same dialer with the right password works, so the refusals
 		// above are the broker's doing.
-		refused["control"] = []kgo.Opt{seed, kgo.Dialer(tlsDial), login(user.Password)}
+		refused["control"] = []kgo.Opt{seed, kgo.Dialer(env.DialTLS), login(user.Password)}
 		for name, opts := range refused {
 			cl, err := kgo.NewClient(opts...)
 			if err != nil {

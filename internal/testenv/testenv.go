@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -260,15 +261,7 @@ func (e *Env) kgoOpts() []kgo.Opt {
 	case e.VN != nil && tc != nil:
 		// kgo.DialTLSConfig cannot be combined with kgo.Dialer: wrap the
 		// in-memory connection in TLS ourselves.
-		opts = append(opts, kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
-			conn, err := e.VN.DialContext(ctx, network, host)
-			if err != nil {
-				return nil, err
-			}
-			c := tc.Clone()
-			c.ServerName, _, _ = net.SplitHostPort(host)
-			return tls.Client(conn, c), nil
-		}))
+		opts = append(opts, kgo.Dialer(e.DialTLS))
 	case e.VN != nil:
 		opts = append(opts, kgo.Dialer(e.VN.DialContext))
 	case tc != nil:
@@ -278,6 +271,45 @@ func (e *Env) kgoOpts() []kgo.Opt {
 		opts = append(opts, kgo.SASL(saslMechanism(e.tb, *u)))
 	}
 	return opts
+}
+
+// DialTLS dials the virtual network's broker with the Env's client
+// certificate, for a Kafka client of a KafkaTLS Env.
+//
+// Closing the connection drops it at once, as a reset TCP connection
+// would, without TLS's close_notify first. net.Pipe has no socket buffer:
+// the alert is written only once the broker reads, and kfake reads a
+// connection's next request only after writing its last response, which
+// a client closing mid-fetch no longer reads. crypto/tls bounds that write
+// with a 5 s write deadline, but kgo clears the connection's write
+// deadline when the write before it returns; when Close came between that
+// write's return and the clear, the alert had no deadline left and the
+// client's Close, kgo's Close with it, waited for good (about one
+// TestLedgerTLSSCRAM in 300 with the race detector).
+func (e *Env) DialTLS(ctx context.Context, network, host string) (net.Conn, error) {
+	if e.VN == nil || e.PKI == nil {
+		return nil, errors.New("testenv: DialTLS needs a Virtual, KafkaTLS Env")
+	}
+	raw, err := e.VN.DialContext(ctx, network, host)
+	if err != nil {
+		return nil, err
+	}
+	c := e.PKI.ClientConfig(e.tb)
+	c.ServerName, _, _ = net.SplitHostPort(host)
+	return resetOnClose{tls.Client(raw, c), raw}, nil
+}
+
+// resetOnClose is a TLS connection whose Close closes the connection under
+// it first (DialTLS).
+type resetOnClose struct {
+	*tls.Conn
+	raw net.Conn
+}
+
+func (c resetOnClose) Close() error {
+	err := c.raw.Close()
+	_ = c.Conn.Close() // its close_notify fails at once on the closed pipe
+	return err
 }
 
 func saslMechanism(tb testing.TB, u broker.User) sasl.Mechanism {
