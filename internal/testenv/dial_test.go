@@ -16,7 +16,8 @@ import (
 // up to a write deadline that kgo may clear meanwhile (DialTLS).
 func TestDialTLSCloseDoesNotWaitForThePeer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := &Env{tb: t, VN: new(kfake.VirtualNetwork), PKI: NewPKI(t)}
+		pki := NewPKI(t)
+		e := &Env{tb: t, VN: new(kfake.VirtualNetwork), PKI: pki, clientTLS: pki.ClientConfig(t)}
 		l, err := e.VN.Listen("tcp", "127.0.0.1:9092")
 		if err != nil {
 			t.Fatal(err)

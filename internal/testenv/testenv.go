@@ -112,10 +112,13 @@ type Env struct {
 	// PKI signed the broker's certificate when Options.KafkaTLS is set.
 	PKI *PKI
 
-	proc *pipeline.Processor
-	stop func() error
-	log  *slog.Logger
-	opts Options
+	// clientTLS is every Kafka client's TLS config (PKI's client
+	// certificate), built once; dialers clone it.
+	clientTLS *tls.Config
+	proc      *pipeline.Processor
+	stop      func() error
+	log       *slog.Logger
+	opts      Options
 }
 
 // Start starts an Env and registers its cleanup.
@@ -150,6 +153,7 @@ func Start(tb testing.TB, o Options) *Env {
 	bc := broker.Config{Addr: addr, Partitions: o.Partitions, Listen: listen, Configs: o.BrokerConfigs}
 	if o.KafkaTLS {
 		e.PKI = NewPKI(tb)
+		e.clientTLS = e.PKI.ClientConfig(tb)
 		bc.TLS = e.PKI.ServerConfig(tb, true)
 	}
 	if o.SASL != nil {
@@ -253,10 +257,7 @@ func (e *Env) KafkaOpts() []kgo.Opt { return e.kgoOpts() }
 
 func (e *Env) kgoOpts() []kgo.Opt {
 	opts := []kgo.Opt{kgo.SeedBrokers(e.Brokers...), kgo.FetchMaxWait(250 * time.Millisecond)}
-	var tc *tls.Config
-	if e.PKI != nil {
-		tc = e.PKI.ClientConfig(e.tb)
-	}
+	tc := e.clientTLS
 	switch {
 	case e.VN != nil && tc != nil:
 		// kgo.DialTLSConfig cannot be combined with kgo.Dialer: wrap the
@@ -287,14 +288,14 @@ func (e *Env) kgoOpts() []kgo.Opt {
 // client's Close, kgo's Close with it, waited for good (about one
 // TestLedgerTLSSCRAM in 300 with the race detector).
 func (e *Env) DialTLS(ctx context.Context, network, host string) (net.Conn, error) {
-	if e.VN == nil || e.PKI == nil {
+	if e.VN == nil || e.clientTLS == nil {
 		return nil, errors.New("testenv: DialTLS needs a Virtual, KafkaTLS Env")
 	}
 	raw, err := e.VN.DialContext(ctx, network, host)
 	if err != nil {
 		return nil, err
 	}
-	c := e.PKI.ClientConfig(e.tb)
+	c := e.clientTLS.Clone()
 	c.ServerName, _, _ = net.SplitHostPort(host)
 	return resetOnClose{tls.Client(raw, c), raw}, nil
 }
