@@ -63,9 +63,9 @@ func (tb *table) String() string {
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
 
-// TestFaults runs every scenario and prints the table. Scale-out runs
-// alone, since it measures throughput; the others run side by side, as
-// most of their time is spent waiting for the retry ladder.
+// TestFaults runs every scenario and prints the table. Scale-out, the
+// hand-offs under load and the send timeout run alone; the others run side
+// by side, as most of their time is spent waiting for the retry ladder.
 func TestFaults(t *testing.T) {
 	requireFaults(t)
 	start := time.Now()
@@ -74,16 +74,23 @@ func TestFaults(t *testing.T) {
 		name string
 		run  func(t *testing.T) row
 	}
-	// These run alone: scale-out measures throughput, and hand-offs under
-	// load keep every core busy.
-	alone := []scenario{{"5-scale-out", scenarioScaleOut}, {"7-handoff-under-load", scenarioHandoffUnderLoad}}
+	// These run alone: scale-out measures throughput; hand-offs under load
+	// keep every core busy; and the send timeout tells its duplicates apart
+	// exactly only while its push service answers the prompt half in well
+	// under the 1 s timeout. Beside the others on 2 cores the simulator took
+	// up to 2.5 s, so prompt sends timed out too and some answers crossed
+	// the timeout in flight, neither side able to tell.
+	alone := []scenario{
+		{"5-scale-out", scenarioScaleOut},
+		{"7-handoff-under-load", scenarioHandoffUnderLoad},
+		{"8-timed-out-send", scenarioTimedOutSend},
+	}
 	together := []scenario{
 		{"1-processor-sigkill", scenarioCrashes},
 		{"2-rolling-restart", scenarioRollingRestart},
 		{"3-broker-restart", scenarioBrokerRestart},
 		{"4-push-outage", scenarioPushOutage},
 		{"6-poison-records", scenarioPoison},
-		{"8-timed-out-send", scenarioTimedOutSend},
 	}
 	only := os.Getenv("TIERPUSH_FAULTS_ONLY") // e.g. "1,4"
 	run := func(t *testing.T, s scenario, parallel bool) {
