@@ -54,6 +54,49 @@ func TestAcceptedLeavesOutTheTickUnderWay(t *testing.T) {
 	}
 }
 
+// TestAcceptedLeavesOutThePause: a lone lane sent nothing over a pause, so
+// what the origin accepted is not judged over it. A lane met 30% refused
+// at random at 60 answers a second, paused for a second, then met the same
+// share on the first answers after it: counted over the pause, the origin
+// took a few sends a second, and the cut took the lane from 18/s to
+// 3.3/s, where the breaker lacked the answers to open.
+func TestAcceptedLeavesOutThePause(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	_, l := testLane(t, start)
+	answer(l, start, 2*tickSpan, 12, 4) // 60 answers a second, 30% refused
+	l.pausedAt, l.paused = start.Add(2*tickSpan), start.Add(12*tickSpan)
+	answer(l, l.paused, 2*tickSpan, 12, 4) // the same after the pause
+	now := l.paused.Add(2 * tickSpan)
+	if got := l.acceptedLocked(now); got < 30 {
+		t.Errorf("accepted %.1f/s two tenths after a 1 s pause, answers at 60/s with 30%% refused, want about 40: the pause counted as time the origin took nothing", got)
+	}
+}
+
+// TestAcceptedAfterThePauseLeavesOutTheRefill: a limit refills its
+// allowance over a pause, and the first answers after it are that
+// allowance, not the limit's rate; what it takes is judged from the first
+// refusal after the pause. Judged from the pause's end, a lone processor
+// read a limit of 20/s at 250 ms above it, and one draw in six held more
+// than 5% 429s.
+func TestAcceptedAfterThePauseLeavesOutTheRefill(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	_, l := testLane(t, start)
+	answer(l, start, 2*tickSpan, 12, 6)
+	l.pausedAt, l.paused = start.Add(2*tickSpan), start.Add(12*tickSpan)
+	// The refilled allowance: 20 accepted in the first 50 ms; then 40 sends
+	// a second, the limit taking 20 of them.
+	answer(l, l.paused, 50*time.Millisecond, 20, 0)
+	from := l.paused.Add(50 * time.Millisecond)
+	for i := range 20 {
+		a := from.Add(time.Duration(i) * 25 * time.Millisecond)
+		l.recordLocked(a, a, i%2 == 0, false, false)
+	}
+	now := from.Add(500 * time.Millisecond)
+	if got := l.acceptedLocked(now); got < 15 || got > 25 {
+		t.Errorf("accepted %.1f/s after a pause that refilled 20 answers and half a second at 40 sent for 20 taken, want about 20", got)
+	}
+}
+
 // TestProbeBoundedByOwnCeiling: a lane sharing its origin probes up to
 // probeCap of what the origin was seen to take from it (its ceiling), not
 // of what its peers say they send: their rates rise with its own, and a
