@@ -973,13 +973,19 @@ func (l *lane) acceptedLocked(now time.Time) float64 {
 	// counts as before: they race for the allowance it refills, and what
 	// one wins of it right after the pause is no rate (three processors
 	// on 20/s read 25-53/s each, and opened the breaker on the limit).
-	last := int64(ticks)
+	last, refill := int64(ticks), 0
 	if !l.paused.IsZero() && !l.paused.After(now) && l.fairLocked(now) == 0 {
 		from := l.paused
 		if l.refusedAfter.After(from) {
-			from = l.refusedAfter
+			// In the tenth of that refusal, what came before it was
+			// the refill.
+			from, refill = l.refusedAfter, l.refillCut
 		}
-		last = min(last, at-from.UnixNano()/int64(tickSpan)+1)
+		if a := at - from.UnixNano()/int64(tickSpan) + 1; a <= last {
+			last = a
+		} else {
+			refill = 0 // its tenth is out of the window
+		}
 	}
 	for i := range last {
 		t := l.tickAt(at - i)
@@ -987,10 +993,8 @@ func (l *lane) acceptedLocked(now time.Time) float64 {
 			continue
 		}
 		accepted[i], throttled[i] = t.accepted, t.throttled
-		if i == last-1 && last < ticks && l.refusedAfter.After(l.paused) {
-			// The tenth of the first refusal: what came before it
-			// was the refill.
-			accepted[i] = max(accepted[i]-l.refillCut, 0)
+		if i == last-1 {
+			accepted[i] = max(accepted[i]-refill, 0)
 		}
 		all += accepted[i] + throttled[i]
 		if i < judgeSpan && accepted[i]+throttled[i] > 0 {
