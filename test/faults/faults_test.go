@@ -69,6 +69,7 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
 func TestFaults(t *testing.T) {
 	requireFaults(t)
 	start := time.Now()
+	stalls := watchStalls(t)
 	var tb table
 	type scenario struct {
 		name string
@@ -121,7 +122,7 @@ func TestFaults(t *testing.T) {
 			run(t, s, true)
 		}
 	})
-	out := fmt.Sprintf("fault suite: %s in all\n\n%s\n", time.Since(start).Round(time.Second), &tb)
+	out := fmt.Sprintf("fault suite: %s in all; %s\n\n%s\n", time.Since(start).Round(time.Second), stalls(), &tb)
 	t.Log("\n" + out)
 	if path := os.Getenv("TIERPUSH_FAULTS_REPORT"); path != "" {
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -130,6 +131,50 @@ func TestFaults(t *testing.T) {
 		}
 		fmt.Fprintf(f, "%s\n", out)
 		f.Close()
+	}
+}
+
+// watchStalls notes the longest time the test process went without
+// running a ticker goroutine: while it does not run, neither do the push
+// simulators it holds, and every processor's send to them times out past
+// --send-timeout (docs/reliability.md, finding 10). It returns what it saw.
+func watchStalls(t *testing.T) func() string {
+	const tick = 100 * time.Millisecond
+	var (
+		mu    sync.Mutex
+		worst time.Duration
+		at    time.Time
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tk := time.NewTicker(tick)
+		defer tk.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+				now := time.Now() // not the tick's: a late receive is the stall
+				mu.Lock()
+				if gap := now.Sub(last) - tick; gap > worst {
+					worst, at = gap, last
+				}
+				mu.Unlock()
+				last = now
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("the test process (broker clients, ledger, simulators) stood still for %s at most, from %s", worst.Round(10*time.Millisecond), at.Format("15:04:05.0"))
 	}
 }
 

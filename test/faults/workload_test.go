@@ -61,12 +61,17 @@ type tally struct {
 	wrong    int // terminal record other than the mix's
 	dupSends int // deliveries (201) beyond the first, per event
 	// dupTimedOut counts the dupSends that followed a send which timed
-	// out while the push service still took it: the simulator answered
-	// 201 to a sender that had given up (pushsim.Delivery.ClientGone),
-	// and the event's retry record says "timeout". At least once sends
-	// such a push again, hand-off or not; the rest of dupSends are the
-	// processors' doing.
+	// out while the push service still took it: the event has a retry
+	// record saying push-error=timeout, and at least once sends such a
+	// push again, hand-off or not; one duplicate per attempt that timed
+	// out. The rest of dupSends are the processors' doing.
 	dupTimedOut int
+	// dupGone counts the dupTimedOut whose first answer the simulator
+	// saw go to a sender that had given up (pushsim.Delivery.ClientGone).
+	// It cannot see every one: an answer written as the sender's cancel
+	// arrives, most of all from a simulator whose process stalled past
+	// the send timeout, reads as one to a sender still there.
+	dupGone     int
 	dupOutcomes int // terminal records beyond the first, per event
 	sends201    int
 }
@@ -84,7 +89,7 @@ func (tl tally) timedOutNote() string {
 	if tl.dupTimedOut == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; %d of the duplicate deliveries followed a send that timed out while the push service took it (the simulator answered a sender that had given up)", tl.dupTimedOut)
+	return fmt.Sprintf("; %d of the duplicate deliveries followed a send that timed out while the push service took it (push-error=timeout; %d of them answered to a sender the simulator saw go)", tl.dupTimedOut, tl.dupGone)
 }
 
 // deliveries counts the simulator's 201 answers per decrypted payload, and
@@ -102,24 +107,41 @@ func deliveries(sim *pushsim.Server) (sent, gone map[string]int) {
 	return sent, gone
 }
 
-// timedOut returns, per event of evs, how many of its retry records say its
-// last attempt timed out (push-error).
+// timedOut returns, per event of evs, how many of its attempts timed out:
+// the distinct push-attempt values of its retry records saying push-error
+// "timeout". A deferral carries its attempt's error on without a send, so
+// records are not counted.
 func (c *cluster) timedOut(evs []*event) (map[string]int, error) {
-	out := make(map[string]int)
+	attempts := make(map[string]map[string]bool)
 	if len(evs) == 0 {
-		return out, nil
+		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// The tier topics among the inputs carry no push-error: read with the
 	// retry topics rather than listing those again.
 	err := c.scan(ctx, names.Inputs(&policy), evs, func(e *event, r *kgo.Record) {
+		var timeout bool
+		var attempt string
 		for _, h := range r.Headers {
-			if h.Key == topology.HeaderError && string(h.Value) == "timeout" {
-				out[e.id]++
+			switch h.Key {
+			case topology.HeaderError:
+				timeout = string(h.Value) == "timeout"
+			case topology.HeaderAttempt:
+				attempt = string(h.Value)
 			}
 		}
+		if timeout {
+			if attempts[e.id] == nil {
+				attempts[e.id] = make(map[string]bool)
+			}
+			attempts[e.id][attempt] = true
+		}
 	})
+	out := make(map[string]int, len(attempts))
+	for id, as := range attempts {
+		out[id] = len(as)
+	}
 	return out, err
 }
 
@@ -155,13 +177,18 @@ func (c *cluster) check(t *testing.T, evs []*event) tally {
 	sent, gone := deliveries(c.sim)
 	var tl tally
 	tl.events = len(evs)
-	var bad, dup []*event
+	var bad, dup []*event // dup: sent or recorded more than once
+	var untold []*event   // of dup, more than their timed-out sends explain
 	defer func() {
-		if len(bad) > 0 {
+		switch {
+		case len(bad) > 0:
 			c.explain(context.Background(), bad)
-		} else if len(dup) > 0 {
+		case len(untold) > 0:
+			t.Logf("the first events sent or recorded more than once, beyond their timed-out sends:")
+			c.explain(context.Background(), untold[:min(len(untold), 5)])
+		case len(dup) > 0:
 			t.Logf("the first events sent or recorded more than once:")
-			c.explain(context.Background(), dup)
+			c.explain(context.Background(), dup[:min(len(dup), 5)])
 		}
 	}()
 	report := func(format string, args ...any) {
@@ -169,13 +196,13 @@ func (c *cluster) check(t *testing.T, evs []*event) tally {
 			t.Errorf(format, args...)
 		}
 	}
-	var ambiguous []*event // sent twice, the first answered to a sender gone
+	var ambiguous []*event // delivered more than once: read their retry records
 	for _, e := range evs {
 		recs := c.ledger.records(e.id)
 		n := sent[e.id]
 		tl.sends201 += n
 		tl.dupSends += max(n-1, 0)
-		if n > 1 && gone[e.id] > 0 {
+		if n > 1 {
 			ambiguous = append(ambiguous, e)
 		}
 		switch {
@@ -191,7 +218,7 @@ func (c *cluster) check(t *testing.T, evs []*event) tally {
 			continue
 		}
 		tl.dupOutcomes += len(recs) - 1
-		if (n > 1 || len(recs) > 1) && len(dup) < 5 {
+		if n > 1 || len(recs) > 1 {
 			dup = append(dup, e)
 		}
 		for _, r := range recs {
@@ -209,7 +236,14 @@ func (c *cluster) check(t *testing.T, evs []*event) tally {
 		t.Errorf("reading the retry records of %d events sent twice: %v", len(ambiguous), err)
 	}
 	for _, e := range ambiguous {
-		tl.dupTimedOut += min(gone[e.id], sent[e.id]-1, timeouts[e.id])
+		told := min(sent[e.id]-1, timeouts[e.id])
+		tl.dupTimedOut += told
+		tl.dupGone += min(gone[e.id], told)
+	}
+	for _, e := range dup {
+		if sent[e.id]-1 > timeouts[e.id] || len(c.ledger.records(e.id)) > 1 {
+			untold = append(untold, e)
+		}
 	}
 	type kindStat struct {
 		n, maxAttempts      int
