@@ -1,6 +1,8 @@
 package pacing
 
 import (
+	"fmt"
+	"math"
 	"testing"
 	"time"
 )
@@ -357,5 +359,37 @@ func TestCutsInARowHold(t *testing.T) {
 	judge(l, at, false)
 	if l.rate >= held {
 		t.Errorf("rate %.1f after a clean judgement and one of 20%% 429s, want a cut below %.1f", l.rate, held)
+	}
+}
+
+// TestSharingGrowsAsOne: a rate far under StartRate grows as if from half
+// of it, so that a lane cut far down comes back in seconds; processors
+// sharing an origin each take an equal part of that, and together grow as
+// one would alone. Each growing from half of StartRate, three sharing 20/s
+// at 250 ms probed past it half again as fast as one, and a draw in four
+// met more than 5% 429s.
+func TestSharingGrowsAsOne(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	grow := func(peers int) float64 {
+		p, l := testLane(t, start)
+		now := start.Add(10 * time.Second)
+		l.slowStart, l.latency, l.starved = false, 0.25, true
+		l.rate, l.ceiling = 6, 6.5 // probing: past CutFactor of the ceiling
+		l.lastCut, l.lastGrow = start, now.Add(-time.Second)
+		l.peers = map[string]peer{}
+		for i := range peers {
+			l.peers[fmt.Sprint("p", i)] = peer{rate: 6, at: now}
+		}
+		l.growLocked(p, now)
+		return l.rate
+	}
+	cfg := DefaultConfig()
+	// Alone: a second of ProbeRate on half of StartRate.
+	if got, want := grow(0), 6+cfg.StartRate/2*cfg.ProbeRate; math.Abs(got-want) > 0.01 {
+		t.Errorf("alone, a second's growth from 6/s: %.2f/s, want %.2f (as if from half of StartRate)", got, want)
+	}
+	// Three sharing: each on its own rate, over a third of that half.
+	if got, want := grow(2), 6+6*cfg.ProbeRate; math.Abs(got-want) > 0.01 {
+		t.Errorf("one of three, a second's growth from 6/s: %.2f/s, want %.2f (as if from its own rate)", got, want)
 	}
 }
