@@ -112,10 +112,10 @@ func deliveries(sim *pushsim.Server) (sent, gone map[string]int) {
 // "timeout". A deferral carries its attempt's error on without a send, so
 // records are not counted.
 func (c *cluster) timedOut(evs []*event) (map[string]int, error) {
-	attempts := make(map[string]map[string]bool)
 	if len(evs) == 0 {
 		return nil, nil
 	}
+	attempts := make(map[string]map[string]bool) // event → its timed-out push-attempt values
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// The tier topics among the inputs carry no push-error: read with the
