@@ -323,6 +323,17 @@ func runGrid(t *testing.T, c gridCase) gridResult {
 // a second of 1.8× the limit (docs/benchmarks.md).
 var gridWide = flag.Bool("grid.wide", false, "add the cells at 500 ms per push")
 
+// gridOff swaps the grid's cells for ones between and beside them: the
+// pacer must hold on limits, latencies and processor counts it was never
+// tuned on, not only on the points make test judges.
+var gridOff = flag.Bool("grid.off", false, "run the grid on the off-grid cells (limits 50, 200, 1,000; 20, 100 and 300 ms; 2, 4 and 6 processors)")
+
+var (
+	offLimits     = []float64{50, 200, 1000}
+	offLatencies  = []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond}
+	offProcessors = []int{2, 4, 6}
+)
+
 // gridDraws is how many times each cell runs (TestGrid).
 var gridDraws = flag.Int("grid.draws", 3, "how many times each cell of the grid runs")
 
@@ -358,13 +369,16 @@ func TestGrid(t *testing.T) {
 		c    gridCase
 	}
 	var cells []cell
-	for _, limit := range []float64{20, 100, 500, 3000} {
-		lats := []time.Duration{5 * time.Millisecond, 50 * time.Millisecond, 250 * time.Millisecond}
-		if *gridWide {
-			lats = append(lats, 500*time.Millisecond)
-		}
+	limits, lats, processors := []float64{20, 100, 500, 3000}, []time.Duration{5 * time.Millisecond, 50 * time.Millisecond, 250 * time.Millisecond}, []int{1, 3}
+	if *gridWide {
+		lats = append(lats, 500*time.Millisecond)
+	}
+	if *gridOff {
+		limits, lats, processors = offLimits, offLatencies, offProcessors
+	}
+	for _, limit := range limits {
 		for _, lat := range lats {
-			for _, procs := range []int{1, 3} {
+			for _, procs := range processors {
 				// A processor's window (--max-in-flight) holds at least
 				// twice what its part of the limit keeps in flight: 1,024
 				// at 500 ms caps one processor at 2,000 sends/s.
@@ -375,7 +389,7 @@ func TestGrid(t *testing.T) {
 		}
 	}
 	for _, by := range []float64{0.5, 2} {
-		for _, procs := range []int{1, 3} {
+		for _, procs := range processors {
 			cells = append(cells, cell{fmt.Sprintf("limit=500×%v/latency=50ms/processors=%d", by, procs),
 				gridCase{limit: 500, latency: 50 * time.Millisecond, processors: procs, window: 1024, seconds: 60, changeAt: 30, changeBy: by}})
 		}
