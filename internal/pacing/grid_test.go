@@ -328,12 +328,6 @@ var gridWide = flag.Bool("grid.wide", false, "add the cells at 500 ms per push")
 // tuned on, not only on the points make test judges.
 var gridOff = flag.Bool("grid.off", false, "run the grid on the off-grid cells (limits 50, 200, 1,000; 20, 100 and 300 ms; 2, 4 and 6 processors)")
 
-var (
-	offLimits     = []float64{50, 200, 1000}
-	offLatencies  = []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond}
-	offProcessors = []int{2, 4, 6}
-)
-
 // gridDraws is how many times each cell runs (TestGrid).
 var gridDraws = flag.Int("grid.draws", 3, "how many times each cell of the grid runs")
 
@@ -369,12 +363,13 @@ func TestGrid(t *testing.T) {
 		c    gridCase
 	}
 	var cells []cell
-	limits, lats, processors := []float64{20, 100, 500, 3000}, []time.Duration{5 * time.Millisecond, 50 * time.Millisecond, 250 * time.Millisecond}, []int{1, 3}
-	if *gridWide {
-		lats = append(lats, 500*time.Millisecond)
-	}
+	const ms = time.Millisecond
+	limits, lats, processors := []float64{20, 100, 500, 3000}, []time.Duration{5 * ms, 50 * ms, 250 * ms}, []int{1, 3}
 	if *gridOff {
-		limits, lats, processors = offLimits, offLatencies, offProcessors
+		limits, lats, processors = []float64{50, 200, 1000}, []time.Duration{20 * ms, 100 * ms, 300 * ms}, []int{2, 4, 6}
+	}
+	if *gridWide {
+		lats = append(lats, 500*ms)
 	}
 	for _, limit := range limits {
 		for _, lat := range lats {
