@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -328,6 +329,32 @@ var gridWide = flag.Bool("grid.wide", false, "add the cells at 500 ms per push")
 // tuned on, not only on the points make test judges.
 var gridOff = flag.Bool("grid.off", false, "run the grid on the off-grid cells (limits 50, 200, 1,000; 20, 100 and 300 ms; 2, 4 and 6 processors)")
 
+// gridLimits, gridLatencies and gridProcessors, when set, replace the
+// grid's axes: any cells, to try the pacer on conditions neither the grid
+// nor its off-grid cells hold (docs/benchmarks.md records such runs).
+var (
+	gridLimits     = flag.String("grid.limits", "", "comma-separated limits (req/s) replacing the grid's")
+	gridLatencies  = flag.String("grid.latencies", "", "comma-separated latencies (Go durations) replacing the grid's")
+	gridProcessors = flag.String("grid.processors", "", "comma-separated processor counts replacing the grid's")
+)
+
+// axis parses a comma-separated flag value with parse, or keeps def when
+// the flag is empty.
+func axis[T any](t *testing.T, name, v string, def []T, parse func(string) (T, error)) []T {
+	if v == "" {
+		return def
+	}
+	var out []T
+	for f := range strings.SplitSeq(v, ",") {
+		x, err := parse(strings.TrimSpace(f))
+		if err != nil {
+			t.Fatalf("-%s: %v", name, err)
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
 // gridDraws is how many times each cell runs (TestGrid).
 var gridDraws = flag.Int("grid.draws", 3, "how many times each cell of the grid runs")
 
@@ -371,6 +398,9 @@ func TestGrid(t *testing.T) {
 	if *gridWide {
 		lats = append(lats, 500*ms)
 	}
+	limits = axis(t, "grid.limits", *gridLimits, limits, func(f string) (float64, error) { return strconv.ParseFloat(f, 64) })
+	lats = axis(t, "grid.latencies", *gridLatencies, lats, time.ParseDuration)
+	processors = axis(t, "grid.processors", *gridProcessors, processors, strconv.Atoi)
 	for _, limit := range limits {
 		for _, lat := range lats {
 			for _, procs := range processors {
