@@ -120,7 +120,7 @@ type topicPart struct {
 // kopts (seed brokers, TLS, SASL, hooks, dialer and so on).
 func New(cfg Config, log *slog.Logger, h Handler, hooks Hooks, kopts []kgo.Opt) (*Consumer, error) {
 	c := &Consumer{cfg: cfg, log: log, h: h, hooks: hooks, parts: make(map[topicPart]*worker), dropped: make(map[string]topology.Source),
-		runners: newRunners()}
+		runners: newRunners(func(j runJob) { j.w.handle(j.t) })}
 	weights := [3]int{}
 	for i, t := range tiers.All {
 		weights[i] = cfg.Policy.Ladder(t).Weight

@@ -1,66 +1,108 @@
 package consume
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
 
 // runners are the record goroutines, reused. A record started on a window
-// slot (startOne) goes to an idle runner, or to a new one when none is
-// idle. A runner keeps the stack a send grew (TLS, HTTP/2, P-256): a fresh
-// goroutine per record grew its stack and copied it several times on every
-// send, 8% of the processor's CPU in bench a (docs/benchmarks.md).
+// slot (startOne) goes to the runner that went idle last, or to a new one
+// when none is idle. A runner keeps the stack a send grew (TLS, HTTP/2,
+// P-256): a fresh goroutine per record grew its stack and copied it
+// several times on every send, 8% of the processor's CPU in bench a
+// (docs/benchmarks.md). Last in, first out, so that the few runners a
+// steady load needs stay in use and the rest end: taken in turn, every
+// runner went idle for as long as the whole set took to come round, and
+// each garbage collection meanwhile halved its stack, which the next
+// record grew and copied again.
 //
 // A runner waits runnerIdle for its next record and then ends, so a burst
 // leaves no goroutines behind for long; all end when the Consumer's Run
 // returns (stop). The records themselves are counted in Consumer.records
 // and worker.records, as before: a runner between records holds nothing.
 type runners struct {
-	work chan runJob // unbuffered: a send succeeds only when a runner waits
-	quit chan struct{}
-	once sync.Once
-	wg   sync.WaitGroup
+	handle func(runJob)
+	mu     sync.Mutex
+	idle   []*runner // the last to go idle last
+	quit   chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
+}
+
+// runner is one record goroutine's mailbox: run hands it the next record
+// once it has taken it off the idle stack, so the send never blocks.
+type runner struct {
+	job chan runJob
 }
 
 // runnerIdle is how long an idle runner waits for a record before it ends.
-const runnerIdle = 30 * time.Second
+const runnerIdle = 2 * time.Second
 
 type runJob struct {
 	w *worker
 	t *task
 }
 
-func newRunners() *runners {
-	return &runners{work: make(chan runJob), quit: make(chan struct{})}
+// newRunners returns runners that handle each job with handle.
+func newRunners(handle func(runJob)) *runners {
+	return &runners{handle: handle, quit: make(chan struct{})}
 }
 
-// run handles t of w on an idle runner, or on a new one.
+// run handles t of w on the runner that went idle last, or on a new one.
 func (p *runners) run(w *worker, t *task) {
 	j := runJob{w: w, t: t}
-	select {
-	case p.work <- j:
-	default:
-		p.wg.Add(1)
-		go p.loop(j)
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		r := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		r.job <- j
+		return
 	}
+	p.mu.Unlock()
+	p.wg.Add(1)
+	go p.loop(&runner{job: make(chan runJob, 1)}, j)
 }
 
-func (p *runners) loop(j runJob) {
+func (p *runners) loop(r *runner, j runJob) {
 	defer p.wg.Done()
 	idle := time.NewTimer(runnerIdle)
 	defer idle.Stop()
 	for {
-		j.w.handle(j.t)
+		p.handle(j)
 		j = runJob{} // hold no record while idle
+		p.mu.Lock()
+		p.idle = append(p.idle, r)
+		p.mu.Unlock()
 		idle.Reset(runnerIdle)
 		select {
-		case j = <-p.work:
+		case j = <-r.job:
+			continue
 		case <-idle.C:
-			return
 		case <-p.quit:
-			return
+		}
+		if !p.leave(r) {
+			// run took it off the stack first: its record is on the way.
+			j = <-r.job
+			continue
+		}
+		return
+	}
+}
+
+// leave takes r off the idle stack, if run has not already.
+func (p *runners) leave(r *runner) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, q := range p.idle {
+		if q == r {
+			p.idle = slices.Delete(p.idle, i, i+1)
+			return true
 		}
 	}
+	return false
 }
 
 // stop ends the idle runners and waits for every runner. Only records
