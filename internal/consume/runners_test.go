@@ -27,7 +27,8 @@ func TestRunnersReuse(t *testing.T) {
 			}
 			handled <- j.t
 		})
-		// A job with a worker only passes through: handle never reads it.
+		// A job of quick goes straight through; one with no worker waits
+		// for release. The handle reads nothing else of the worker.
 		quick := &worker{}
 		run := func(w *worker) *task {
 			tk := &task{}
