@@ -24,16 +24,13 @@ import (
 type runners struct {
 	handle func(runJob)
 	mu     sync.Mutex
-	idle   []*runner // the last to go idle last
-	quit   chan struct{}
-	once   sync.Once
-	wg     sync.WaitGroup
-}
-
-// runner is one record goroutine's mailbox: run hands it the next record
-// once it has taken it off the idle stack, so the send never blocks.
-type runner struct {
-	job chan runJob
+	// idle holds the mailboxes of the runners waiting for a record, the
+	// last to go idle last. A mailbox holds one record: run takes it off
+	// the stack before it sends, so the send never blocks.
+	idle []chan runJob
+	quit chan struct{}
+	once sync.Once
+	wg   sync.WaitGroup
 }
 
 // runnerIdle is how long an idle runner waits for a record before it ends.
@@ -54,19 +51,19 @@ func (p *runners) run(w *worker, t *task) {
 	j := runJob{w: w, t: t}
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
-		r := p.idle[n-1]
+		mb := p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		r.job <- j
+		mb <- j
 		return
 	}
 	p.mu.Unlock()
 	p.wg.Add(1)
-	go p.loop(&runner{job: make(chan runJob, 1)}, j)
+	go p.loop(make(chan runJob, 1), j)
 }
 
-func (p *runners) loop(r *runner, j runJob) {
+func (p *runners) loop(mb chan runJob, j runJob) {
 	defer p.wg.Done()
 	idle := time.NewTimer(runnerIdle)
 	defer idle.Stop()
@@ -74,30 +71,29 @@ func (p *runners) loop(r *runner, j runJob) {
 		p.handle(j)
 		j = runJob{} // hold no record while idle
 		p.mu.Lock()
-		p.idle = append(p.idle, r)
+		p.idle = append(p.idle, mb)
 		p.mu.Unlock()
 		idle.Reset(runnerIdle)
 		select {
-		case j = <-r.job:
+		case j = <-mb:
 			continue
 		case <-idle.C:
 		case <-p.quit:
 		}
-		if !p.leave(r) {
-			// run took it off the stack first: its record is on the way.
-			j = <-r.job
-			continue
+		if p.leave(mb) {
+			return
 		}
-		return
+		// run took it off the stack first: its record is on the way.
+		j = <-mb
 	}
 }
 
-// leave takes r off the idle stack, if run has not already.
-func (p *runners) leave(r *runner) bool {
+// leave takes the mailbox mb off the idle stack, if run has not already.
+func (p *runners) leave(mb chan runJob) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, q := range p.idle {
-		if q == r {
+		if q == mb {
 			p.idle = slices.Delete(p.idle, i, i+1)
 			return true
 		}

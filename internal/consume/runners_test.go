@@ -64,7 +64,7 @@ func TestRunnersReuse(t *testing.T) {
 			synctest.Wait()
 		}
 		p.mu.Lock()
-		stack := append([]*runner(nil), p.idle...)
+		stack := append([]chan runJob(nil), p.idle...)
 		p.mu.Unlock()
 		if len(stack) != 3 {
 			t.Fatalf("%d runners idle, want 3", len(stack))
