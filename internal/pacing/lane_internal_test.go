@@ -393,3 +393,81 @@ func TestSharingGrowsAsOne(t *testing.T) {
 		t.Errorf("one of three, a second's growth from 6/s: %.2f/s, want %.2f (as if from its own rate)", got, want)
 	}
 }
+
+// TestOverstatedReadingCutsToTheMedian: on the real clock answers come in
+// clumps, and what the origin accepted at a cut can read far above its
+// limit (a lone processor on 150 req/s at 150 ms read up to 307/s). Such
+// a reading of a lane alone on its origin cuts to CutFactor of the median
+// of the last ones, not of the rate it overstates; a low one cuts as it
+// reads, as one beside peers does; and a proof of more than
+// probeCap times the median, which a burst allowance cannot fake, drops
+// the readings from before the limit rose.
+func TestOverstatedReadingCutsToTheMedian(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	p := testPacer(t)
+	cfg := p.cfg
+	settled := func(readings ...float64) (*lane, time.Time) {
+		l := newLane("https://push.example.net", p, start)
+		l.slowStart, l.settled, l.latency = false, start, 0.15
+		now := start
+		for _, acc := range readings {
+			now = now.Add(5 * time.Second)
+			l.rate = acc * 1.2
+			l.cutLocked(now, acc)
+		}
+		return l, now.Add(5 * time.Second)
+	}
+
+	l, now := settled(150, 140, 155, 145)
+	l.rate = 190
+	l.cutLocked(now, 220)
+	if want := cfg.CutFactor * 150; math.Abs(l.rate-want) > 0.01 {
+		t.Errorf("a reading of 220/s after readings of 140-155/s cut the rate to %.1f, want %.1f (%.2f of their median, 150)", l.rate, want, cfg.CutFactor)
+	}
+	if l.ceiling > 150 {
+		t.Errorf("ceiling %.1f after an overstated reading, want at most the median, 150", l.ceiling)
+	}
+
+	l, now = settled(150, 140, 155, 145)
+	l.rate = 100
+	l.cutLocked(now, 60)
+	if want := cfg.CutFactor * 60; math.Abs(l.rate-want) > 0.01 {
+		t.Errorf("a reading of 60/s after readings of 140-155/s cut the rate to %.1f, want %.1f: a limit that fell is followed at once", l.rate, want)
+	}
+
+	// Beside a peer, a reading is this processor's part of the limit: it
+	// stands.
+	l, now = settled(150, 140, 155, 145)
+	l.peers = map[string]peer{"p1": {rate: 250, at: now}}
+	l.rate = 190
+	l.cutLocked(now, 220)
+	if l.rate < cfg.CutFactor*185 {
+		t.Errorf("a reading of 220/s beside a peer cut the rate to %.1f, want %.1f: held to the median of a part that moves with the peers", l.rate, cfg.CutFactor*190)
+	}
+
+	// Fewer readings than the median is over: the reading stands.
+	l, now = settled(150, 140)
+	l.rate = 250
+	l.cutLocked(now, 220)
+	if want := cfg.CutFactor * 220; math.Abs(l.rate-want) > 0.01 {
+		t.Errorf("a reading of 220/s after two readings cut the rate to %.1f, want %.1f", l.rate, want)
+	}
+
+	// The limit doubled, and the origin proved it for proofSeconds.
+	l, now = settled(150, 140, 155, 145, 150)
+	l.lastCut = now.Add(-time.Minute)
+	l.ceiling, l.rate = 150, 290
+	for sec := now.Unix() - proofSeconds; sec < now.Unix(); sec++ {
+		l.seconds[int(sec%int64(len(l.seconds)))] = second{sec: sec, attempts: 300, accepted: 300}
+	}
+	l.starved, l.lastGrow = true, now.Add(-time.Second)
+	l.growLocked(p, now)
+	if l.ceiling != 300 {
+		t.Fatalf("ceiling %.0f after four seconds of 300 accepted, want 300 (the proof)", l.ceiling)
+	}
+	l.rate = 340
+	l.cutLocked(now.Add(time.Second), 310)
+	if want := cfg.CutFactor * 310; math.Abs(l.rate-want) > 0.01 {
+		t.Errorf("a reading of 310/s after the origin proved 300/s cut the rate to %.1f, want %.1f: the readings from before the rise still held it", l.rate, want)
+	}
+}
