@@ -399,9 +399,9 @@ func TestSharingGrowsAsOne(t *testing.T) {
 // limit (a lone processor on 150 req/s at 150 ms read up to 307/s). Such
 // a reading of a lane alone on its origin cuts to CutFactor of the median
 // of the last ones, not of the rate it overstates; a low one cuts as it
-// reads, as one beside peers does; and a proof of more than
-// probeCap times the median, which a burst allowance cannot fake, drops
-// the readings from before the limit rose.
+// reads, as one beside peers does; and a proof of more than probeCap
+// times the median, which a burst allowance cannot fake, drops the
+// readings from before the limit rose.
 func TestOverstatedReadingCutsToTheMedian(t *testing.T) {
 	start := time.Unix(1_800_000_000, 0)
 	p := testPacer(t)
@@ -445,7 +445,7 @@ func TestOverstatedReadingCutsToTheMedian(t *testing.T) {
 		t.Errorf("a reading of 220/s beside a peer cut the rate to %.1f, want %.1f: held to the median of a part that moves with the peers", l.rate, cfg.CutFactor*190)
 	}
 
-	// Fewer readings than the median is over: the reading stands.
+	// Fewer readings than the median is taken over: the reading stands.
 	l, now = settled(150, 140)
 	l.rate = 250
 	l.cutLocked(now, 220)
