@@ -124,6 +124,10 @@ type lane struct {
 	// waits the one most of them carry (retryAfterLocked).
 	retryAfters [retryAfterKept]time.Duration
 	retryAfterN int
+	// What the origin accepted at the last cuts, likewise: a lone lane
+	// holds an overstated one to their median (readLocked).
+	readings [readingsKept]reading
+	readingN int
 
 	// The controller.
 	rate       float64 // sends per second
@@ -138,7 +142,6 @@ type lane struct {
 	latency    float64   // seconds, moving average of answers other than 429
 	ceiling    float64   // what the origin accepted per second at the last cut
 	probeFrom  time.Time // when the origin first proved more than the ceiling
-	readings   []reading // what the origin accepted at the last cuts (readingsKept)
 	storms     int       // cuts and pauses in a row with no clean judgement
 	cutsInRow  int       // cuts since settleFor after slow start, likewise
 	cutShare   float64   // the 429 share the last cut or pause answered
@@ -469,7 +472,7 @@ func (l *lane) growLocked(p *Pacer, now time.Time) {
 			// A burst allowance of a second cannot fake that much for
 			// proofSeconds: the limit rose, and the readings before
 			// the rise say nothing of it.
-			l.readings = l.readings[:0]
+			l.readingN = 0
 		}
 		if l.probeFrom.IsZero() {
 			l.probeFrom = now
@@ -1516,10 +1519,8 @@ func (l *lane) readLocked(now time.Time, acc float64) float64 {
 	if acc <= 0 {
 		return acc
 	}
-	l.readings = append(l.readings, reading{now, acc})
-	if n := len(l.readings); n > readingsKept {
-		l.readings = append(l.readings[:0], l.readings[n-readingsKept:]...)
-	}
+	l.readings[l.readingN%readingsKept] = reading{now, acc}
+	l.readingN++
 	if m, n := l.medianReadingLocked(now); n == readingsKept && acc > overstated*m && l.sharingLocked(now) == 1 {
 		return m
 	}
@@ -1531,7 +1532,7 @@ func (l *lane) readLocked(now time.Time, acc float64) float64 {
 // how many there are.
 func (l *lane) medianReadingLocked(now time.Time) (m float64, n int) {
 	var xs [readingsKept]float64
-	for _, r := range l.readings {
+	for _, r := range l.readings[:min(l.readingN, readingsKept)] {
 		if now.Sub(r.at) <= readingsSpan {
 			xs[n] = r.acc
 			n++
