@@ -38,13 +38,28 @@ type bucketOrigin struct {
 	limit, burst float64
 	tokens       float64
 	last         time.Time
+	// window, if set, makes the origin count sends in whole seconds
+	// instead: at most limit a second, none carried over.
+	window bool
+	sec    int64
+	inSec  float64
+}
+
+// newOrigin is the origin of a cell: a token bucket holding gridBurst
+// seconds of the limit (one token at least), or with -grid.window a
+// counter of whole seconds.
+func newOrigin(limit float64) *bucketOrigin {
+	o := &bucketOrigin{limit: limit, window: *gridWindow}
+	o.burst = max(1, limit**gridBurst)
+	o.tokens = o.burst
+	return o
 }
 
 func (o *bucketOrigin) setLimit(l float64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.refill(time.Now())
-	o.limit, o.burst = l, l
+	o.limit, o.burst = l, max(1, l**gridBurst)
 }
 
 func (o *bucketOrigin) refill(now time.Time) {
@@ -60,6 +75,17 @@ func (o *bucketOrigin) take() bool {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.window {
+		now := time.Now()
+		if sec := now.Unix(); sec != o.sec {
+			o.sec, o.inSec = sec, 0
+		}
+		if o.inSec+1 > o.limit {
+			return false
+		}
+		o.inSec++
+		return true
+	}
 	o.refill(time.Now())
 	if o.tokens < 1 {
 		return false
@@ -183,7 +209,7 @@ func runGrid(t *testing.T, c gridCase) gridResult {
 	var res gridResult
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		o := &bucketOrigin{limit: c.limit, burst: c.limit, tokens: c.limit}
+		o := newOrigin(c.limit)
 		var mu sync.Mutex // guards res
 		sick := c.random429 > 0
 		pacers := make([]*pacing.Pacer, c.processors)
@@ -354,6 +380,15 @@ func axis[T any](t *testing.T, name, v string, def []T, parse func(string) (T, e
 	}
 	return out
 }
+
+// gridBurst and gridWindow shape the origin's limit: the grid's token
+// bucket holds a second of it, as internal/pushsim's does by default, but
+// push services limit in other ways too: a bucket of a few sends, one of
+// seconds, or a count per whole second.
+var (
+	gridBurst  = flag.Float64("grid.burst", 1, "seconds of the limit the origin's token bucket holds (one send at least)")
+	gridWindow = flag.Bool("grid.window", false, "limit the origin per whole second (a fixed window) instead of by a token bucket")
+)
 
 // gridDraws is how many times each cell runs (TestGrid).
 var gridDraws = flag.Int("grid.draws", 3, "how many times each cell of the grid runs")
