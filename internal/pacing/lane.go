@@ -1318,19 +1318,32 @@ func (l *lane) burstsLocked(now time.Time, threshold float64) int {
 		return burstsUnknown
 	}
 	// The sends held to the rate decide, on MinSamples of them. With
-	// fewer (slow start's first tenth sends a few), tier 1 waits for the
-	// rate while more come, unless one was refused: a second of burst
-	// that three processors' bursts emptied refuses the next sends too,
-	// and those 429s are the rate's to answer. With none (tier 1 alone),
-	// nothing tells the bursts' 429s from the rate's.
+	// fewer (slow start's first tenth sends a few, and on the real clock
+	// none may be answered yet when a fetched batch's tier 1 has been),
+	// tier 1 waits for the rate while more come, unless one was refused:
+	// a second of burst that three processors' bursts emptied refuses
+	// the next sends too, and those 429s are the rate's to answer. With
+	// none answered nor waiting (tier 1 alone), nothing tells the
+	// bursts' 429s from the rate's.
 	p := l.paced
 	switch {
 	case p.n >= l.cfg.MinSamples && !aboveZ(p.throttled, p.n, threshold, l.z):
 		return burstsRefused
-	case p.n > 0 && p.n < l.cfg.MinSamples && p.throttled == 0:
+	case p.n < l.cfg.MinSamples && p.throttled == 0 && (p.n > 0 || l.lowerWaitingLocked()):
 		return burstsLikely
 	}
 	return burstsUnknown
+}
+
+// lowerWaitingLocked tells whether sends of the lower tiers wait for the
+// rate.
+func (l *lane) lowerWaitingLocked() bool {
+	for _, q := range l.queues[1:] {
+		if len(q[0])+len(q[1]) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // retryAfterKept is how many 429s' Retry-After the lane keeps.

@@ -574,4 +574,17 @@ func TestRefusedBurstsHoldTier1ToTheRate(t *testing.T) {
 	if l.smoothLocked(now) || l.slowStart {
 		t.Errorf("tier 1 alone, 3 in 5 refused: held to the rate %v, slow start %v; want a cut or pause as before (events %v)", l.smoothLocked(now), l.slowStart, kinds(events))
 	}
+
+	// On the real clock a fetched batch's tier 1 can be answered before
+	// any send that waited for the rate: while the lower tiers wait, tier
+	// 1 is held for a trial.
+	_, l = testLane(t, start)
+	l.ahead = answers{n: 12, throttled: 9}
+	if got := l.burstsLocked(start, 0.15); got != burstsUnknown {
+		t.Errorf("bursts refused, nothing else sent nor waiting: %d, want burstsUnknown", got)
+	}
+	l.queues[2][0] = append(l.queues[2][0], &waiter{})
+	if got := l.burstsLocked(start, 0.15); got != burstsLikely {
+		t.Errorf("bursts refused, tier 3 waiting for the rate: %d, want burstsLikely", got)
+	}
 }
