@@ -124,6 +124,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.DX.Limit, "dx-limit", c.DX.Limit, "scenario dx: the origin's limit, requests/s (one second of burst, 429 with Retry-After: 1 above it)")
 	fs.DurationVar(&c.DX.Latency, "dx-latency", c.DX.Latency, "scenario dx: time per push (±20% jitter)")
 	fs.IntVar(&c.DX.Processors, "dx-processors", c.DX.Processors, "scenario dx: processors in the group, sharing the origin's limit")
+	fs.IntVar(&c.DX.Burst, "dx-burst", c.DX.Burst, "scenario dx: the origin's token bucket, in requests (0: a second of the limit)")
 	fs.IntVar(&c.RSSEvents, "rss-events", c.RSSEvents, "events of scenario e (default: --events)")
 	fs.DurationVar(&c.RSSHold, "rss-hold", c.RSSHold, "how long scenario e samples RSS once every event waits in a retry step")
 	fs.IntVar(&c.VerifyEvery, "verify-every", c.VerifyEvery, "the simulator decrypts and verifies 1 request in N")
@@ -169,6 +170,9 @@ func (c *config) Validate() error {
 	}
 	if c.DX.Latency < 0 || c.DX.Latency > 10*time.Second {
 		errs = append(errs, fmt.Errorf("--dx-latency: %s, want 0..10s", c.DX.Latency))
+	}
+	if c.DX.Burst < 0 {
+		errs = append(errs, fmt.Errorf("--dx-burst: %d, want 0 or more requests", c.DX.Burst))
 	}
 	if c.DX.Processors < 1 || c.DX.Processors > 16 {
 		errs = append(errs, fmt.Errorf("--dx-processors: %d, want 1..16", c.DX.Processors))

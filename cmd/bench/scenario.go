@@ -82,10 +82,14 @@ func scenarioNamed(name string, cfg config) scenario {
 		// A rate-limited origin of the user's own, offered four times its
 		// limit for 30 s, judged like d from 10 s.
 		o := cfg.DX
-		return scenario{Name: "dx", Title: fmt.Sprintf("%d processor(s), one rate-limited origin (%g req/s, %s), %g events/s offered", o.Processors, o.Limit, o.Latency, 4*o.Limit),
+		burst := "a second of burst"
+		if o.Burst > 0 {
+			burst = fmt.Sprintf("a burst of %d", o.Burst)
+		}
+		return scenario{Name: "dx", Title: fmt.Sprintf("%d processor(s), one rate-limited origin (%g req/s, %s, %s), %g events/s offered", o.Processors, o.Limit, burst, o.Latency, 4*o.Limit),
 			Events: int(4 * o.Limit * 30), Offered: 4 * o.Limit, Processors: o.Processors,
 			Sim: func(c *pushsim.Config) {
-				c.RateLimit, c.Burst, c.RetryAfter = o.Limit, 0, 1 // a second of burst
+				c.RateLimit, c.Burst, c.RetryAfter = o.Limit, o.Burst, 1
 				c.Latency, c.LatencyJitter = o.Latency, o.Latency/5
 			}}
 	case "f0", "f3":
@@ -130,6 +134,8 @@ type originShape struct {
 	Limit      float64 // requests/s
 	Latency    time.Duration
 	Processors int
+	// Burst is the limit's token bucket, in sends; 0 holds a second of it.
+	Burst int
 }
 
 // ledgerMix is the failure mix of the ledger test (pushsim.LedgerMix): the
