@@ -34,11 +34,11 @@ import (
 // Kafka and the simulator.
 
 type bucketOrigin struct {
-	mu           sync.Mutex
-	limit, burst float64
-	tokens       float64
-	last         time.Time
-	seconds      float64 // of the limit the bucket holds
+	mu      sync.Mutex
+	limit   float64
+	seconds float64 // of the limit the bucket holds, one send at least
+	tokens  float64
+	last    time.Time
 	// window, if set, makes the origin count sends in whole seconds
 	// instead: at most limit a second, none carried over.
 	window bool
@@ -51,21 +51,23 @@ type bucketOrigin struct {
 // counter of whole seconds.
 func newOrigin(limit, burst float64) *bucketOrigin {
 	o := &bucketOrigin{limit: limit, window: *gridWindow, seconds: burst}
-	o.burst = max(1, limit*burst)
-	o.tokens = o.burst
+	o.tokens = o.size()
 	return o
 }
+
+// size is how many sends the bucket holds.
+func (o *bucketOrigin) size() float64 { return max(1, o.limit*o.seconds) }
 
 func (o *bucketOrigin) setLimit(l float64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.refill(time.Now())
-	o.limit, o.burst = l, max(1, l*o.seconds)
+	o.limit = l
 }
 
 func (o *bucketOrigin) refill(now time.Time) {
 	if !o.last.IsZero() {
-		o.tokens = min(o.burst, o.tokens+o.limit*now.Sub(o.last).Seconds())
+		o.tokens = min(o.size(), o.tokens+o.limit*now.Sub(o.last).Seconds())
 	}
 	o.last = now
 }

@@ -422,11 +422,17 @@ func (l *lane) refillLocked(now time.Time) {
 	}
 }
 
+// unheldLocked tells whether a send of tier index ti goes without a
+// token: tier 1 in slow start, unless the origin refused its bursts.
+func (l *lane) unheldLocked(ti int, now time.Time) bool {
+	return ti == 0 && l.slowStart && !l.smoothLocked(now)
+}
+
 // tokenLocked takes a token for a send of tier index ti, or reports that
 // it must wait for one (allowedLocked).
 func (l *lane) tokenLocked(ti int, now time.Time) bool {
 	l.refillLocked(now)
-	if ti == 0 && l.slowStart && !l.smoothLocked(now) {
+	if l.unheldLocked(ti, now) {
 		return true
 	}
 	if !l.allowedLocked(ti, now) {
@@ -743,7 +749,8 @@ func (l *lane) grantLocked(p *Pacer, req Request, now time.Time) *Slot {
 	probing := l.slowStart || (l.ceiling > 0 && l.rate > l.ceiling)
 	// Ahead of the rate: tier 1 in slow start takes no token, and after
 	// it one it has not yet earned.
-	ahead := req.Tier.Index() == 0 && (l.slowStart && !l.smoothLocked(now) || l.tokens < 0)
+	ti := req.Tier.Index()
+	ahead := l.unheldLocked(ti, now) || ti == 0 && l.tokens < 0
 	return &Slot{p: p, l: l, req: req, granted: now, safe: safe, probing: probing, ahead: ahead}
 }
 
@@ -1860,7 +1867,7 @@ func (l *lane) wakeLocked(p *Pacer, now time.Time) {
 		if w == nil {
 			break
 		}
-		if w.req.Tier.Index() > 0 || !l.slowStart || l.smoothLocked(now) {
+		if !l.unheldLocked(w.req.Tier.Index(), now) {
 			l.tokens--
 		}
 		w.ch <- grant{slot: l.grantLocked(p, w.req, now)}
