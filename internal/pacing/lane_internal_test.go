@@ -481,9 +481,10 @@ func TestOverstatedReadingCutsToTheMedian(t *testing.T) {
 // none of the sends that waited for it. Those 429s are the burst's: the
 // lane neither cuts nor pauses, stays in slow start, and holds tier 1 to
 // the rate from then on; while the sends that waited are too few to
-// tell, it holds tier 1 to the rate and waits for more. Where the sends that waited for the rate are
-// refused alike, as when a limit's allowance has run out, it cuts as
-// before; and a few refused sends of a burst prove nothing.
+// tell, it holds tier 1 to the rate and waits for more. Where the sends
+// that waited for the rate are refused alike, as when a limit's allowance
+// has run out, it cuts as before; and a few refused sends of a burst
+// prove nothing.
 func TestRefusedBurstsHoldTier1ToTheRate(t *testing.T) {
 	start := time.Unix(1_800_000_000, 0)
 	throttled := push.Result{Class: push.Retryable, Status: 429, RetryAfter: time.Second}
