@@ -112,9 +112,6 @@ type gridCase struct {
 	// service that throttles whatever the rate.
 	random429 float64
 	recoverAt int
-	// burst, if set, is the seconds of the limit the origin's bucket
-	// holds, in place of gridBurst's.
-	burst float64
 	// device429, if set, answers this share of sends 429 with Retry-After
 	// 5 s whatever the rate, before the limit is asked: devices throttled
 	// one by one, as the ledger mix throttles 5% of them. A limit of 0
@@ -215,11 +212,7 @@ func runGrid(t *testing.T, c gridCase) gridResult {
 	var res gridResult
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		burst := c.burst
-		if burst == 0 {
-			burst = *gridBurst
-		}
-		o := newOrigin(c.limit, burst)
+		o := newOrigin(c.limit, *gridBurst)
 		var mu sync.Mutex // guards res
 		sick := c.random429 > 0
 		pacers := make([]*pacing.Pacer, c.processors)
@@ -420,11 +413,9 @@ func later(a, b time.Time) time.Time {
 // -grid.wide), 1 and 3 processors: after 10 s, under 5% 429s and at least
 // 90% of the limit delivered, no second far over the limit (~1.5×), and
 // the breaker never opened on a limit's 429s; then the limit
-// halves or doubles, and 10 s later the same holds of the new limit; and
-// three lone processors against an origin whose bucket holds a twentieth
-// of a second of its limit, not a second. Each cell is judged on the
-// median of gridDraws runs: a single run now and then misses
-// (docs/benchmarks.md gives the worst draw of every cell).
+// halves or doubles, and 10 s later the same holds of the new limit. Each
+// cell is judged on the median of gridDraws runs: a single run now and then
+// misses (docs/benchmarks.md gives the worst draw of every cell).
 func TestGrid(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the grid takes a minute")
@@ -464,18 +455,6 @@ func TestGrid(t *testing.T) {
 		for _, procs := range processors {
 			cells = append(cells, cell{fmt.Sprintf("limit=500×%v/latency=50ms/processors=%d", by, procs),
 				gridCase{limit: 500, latency: 50 * time.Millisecond, processors: procs, window: 1024, seconds: 60, changeAt: 30, changeBy: by}})
-		}
-	}
-	if !*gridOff && *gridLimits == "" && *gridLatencies == "" && *gridProcessors == "" {
-		// An origin whose bucket holds a twentieth of a second: it
-		// refuses tier 1's bursts, not the rate (docs/design.md). Lone
-		// processors; three sharing one still miss (docs/benchmarks.md).
-		for _, c := range []struct {
-			limit float64
-			lat   time.Duration
-		}{{100, 50 * ms}, {500, 250 * ms}, {3000, 250 * ms}} {
-			cells = append(cells, cell{fmt.Sprintf("limit=%v, burst 0.05 s/latency=%v/processors=1", c.limit, c.lat),
-				gridCase{limit: c.limit, latency: c.lat, processors: 1, window: max(1024, int(2*c.limit*c.lat.Seconds())), seconds: 40, burst: 0.05}})
 		}
 	}
 	verbose := os.Getenv("PACING_TIMELINE") != ""

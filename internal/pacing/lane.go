@@ -117,16 +117,6 @@ type lane struct {
 	spent     float64   // of the spare, by the tier-1 burst under way
 	spentAt   time.Time // when tier 1 last spent of it
 	t1Waited  time.Time // when a tier-1 request last had to wait
-	// The answers since judgeFrom to sends that went ahead of the rate
-	// (tier 1 on its debt, on the spare, or in slow start) and to those
-	// that waited for it: an origin that refuses the first and not the
-	// second allows no burst (burstsLocked), and tier 1 is held to
-	// the rate until smoothUntil.
-	ahead, paced answers
-	smoothUntil  time.Time
-	// smoothTrial: tier 1 is held to the rate while the sends that
-	// waited for it are too few to tell (burstsLocked).
-	smoothTrial bool
 
 	seconds []second
 	ticks   [keptTicks]tick
@@ -396,11 +386,10 @@ func (l *lane) burstLocked(now time.Time) bool {
 // (spareLocked) and tier 1 comes as a burst: it goes at once on what the
 // origin saved, and the lower tiers wait the debt out, so the average
 // stays the rate. In slow start, when nothing is known of the origin yet,
-// tier 1 is not held at all. From an origin that refused its bursts
-// (smoothLocked) it needs a token like the rest.
+// tier 1 is not held at all.
 func (l *lane) allowedLocked(ti int, now time.Time) bool {
 	switch {
-	case ti > 0 || l.smoothLocked(now):
+	case ti > 0:
 		return l.tokens >= 1
 	case l.slowStart:
 		return true
@@ -422,17 +411,11 @@ func (l *lane) refillLocked(now time.Time) {
 	}
 }
 
-// unheldLocked tells whether a send of tier index ti goes without a
-// token: tier 1 in slow start, unless the origin refused its bursts.
-func (l *lane) unheldLocked(ti int, now time.Time) bool {
-	return ti == 0 && l.slowStart && !l.smoothLocked(now)
-}
-
 // tokenLocked takes a token for a send of tier index ti, or reports that
 // it must wait for one (allowedLocked).
 func (l *lane) tokenLocked(ti int, now time.Time) bool {
 	l.refillLocked(now)
-	if l.unheldLocked(ti, now) {
+	if ti == 0 && l.slowStart {
 		return true
 	}
 	if !l.allowedLocked(ti, now) {
@@ -679,7 +662,7 @@ func (l *lane) armLocked(now time.Time) {
 func (l *lane) waitLocked(now time.Time) float64 {
 	until := func(level float64) float64 { return max(0, (level-l.tokens)/l.rate) }
 	wait := until(1)
-	if len(l.queues[0][0])+len(l.queues[0][1]) == 0 || l.slowStart || l.smoothLocked(now) {
+	if len(l.queues[0][0])+len(l.queues[0][1]) == 0 || l.slowStart {
 		return wait
 	}
 	wait = until(1 - l.spent - max(1, l.rate*tier1Debt))
@@ -704,7 +687,7 @@ func (l *lane) limitInt() int {
 // may have as many more in flight as it may overdraw tokens
 // (allowedLocked): its burst is not held to what the rate needs in flight.
 func (l *lane) limitFor(ti int, now time.Time) int {
-	if ti > 0 || l.slowStart || l.smoothLocked(now) {
+	if ti > 0 || l.slowStart {
 		return l.limitInt()
 	}
 	return min(l.limitInt()+int(max(l.rate*tier1Debt, l.ceiling*spareFor))+1, l.cfg.MaxLimit)
@@ -747,11 +730,7 @@ func (l *lane) grantLocked(p *Pacer, req Request, now time.Time) *Slot {
 	// on them again and again.
 	safe := !l.slowStart && now.Sub(l.settled) >= settleFor && l.rate <= l.ceiling*1.001
 	probing := l.slowStart || (l.ceiling > 0 && l.rate > l.ceiling)
-	// Ahead of the rate: tier 1 in slow start takes no token, and after
-	// it one it has not yet earned.
-	ti := req.Tier.Index()
-	ahead := l.unheldLocked(ti, now) || ti == 0 && l.tokens < 0
-	return &Slot{p: p, l: l, req: req, granted: now, safe: safe, probing: probing, ahead: ahead}
+	return &Slot{p: p, l: l, req: req, granted: now, safe: safe, probing: probing}
 }
 
 // evictLocked removes and returns the newest waiter of the lowest tier
@@ -856,16 +835,6 @@ func (l *lane) done(s *Slot, r push.Result, throttled bool, now time.Time) (devi
 		l.retryAfterN++
 	}
 	l.recordLocked(s.granted, now, throttled, failed, s.safe)
-	if !s.probe && !s.granted.Before(l.judgeFrom) {
-		a := &l.paced
-		if s.ahead {
-			a = &l.ahead
-		}
-		a.n++
-		if throttled {
-			a.throttled++
-		}
-	}
 	if s.probe {
 		switch {
 		case throttled || failed:
@@ -1210,33 +1179,6 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 		// as if from half of StartRate), and is held all the same.
 		held = held || l.cutsInRow >= maxCutsInRow && acc > 0 && acc < l.rate && l.rate <= max(l.ceiling, l.cfg.StartRate)
 	}
-	if storm || cut {
-		switch l.burstsLocked(now, threshold) {
-		case burstsRefused:
-			// The 429s are the bursts', not the rate's: no cut, no
-			// pause, and slow start goes on. Held to the rate, the
-			// sends come smoothly, and the judgement starts again on
-			// them.
-			if !l.smoothLocked(now) {
-				l.event(p, Event{At: now, Kind: "smooth", Rate: share})
-			}
-			l.smoothUntil, l.smoothTrial = now.Add(smoothFor), false
-			l.restartLocked(now)
-			return
-		case burstsLikely:
-			// Too few sends held to the rate to tell: tier 1 is held to
-			// it too while their answers come.
-			if !l.smoothLocked(now) {
-				l.smoothUntil, l.smoothTrial = now.Add(smoothFor), true
-				l.event(p, Event{At: now, Kind: "smooth", Rate: share})
-			}
-			return
-		}
-		if l.smoothTrial {
-			// Refused alike: the rate's 429s after all.
-			l.smoothUntil, l.smoothTrial = time.Time{}, false
-		}
-	}
 	switch {
 	case float64(f.throttled) > l.cfg.HaltRate*float64(f.n) && l.haltingLocked(now):
 		// Cut after cut, the rolling 429 share stays past HaltRate: the
@@ -1287,70 +1229,6 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 			l.signalCutLocked(p, now, f)
 		}
 	}
-}
-
-// smoothFor is how long tier 1 is held to the rate once an origin refused
-// its bursts; then it may go ahead again, and a refusal sets it back.
-const smoothFor = 10 * time.Minute
-
-// burstMin is the least number of 429s to sends ahead of the rate that
-// shows an origin refusing bursts.
-const burstMin = 5
-
-// smoothLocked tells whether tier 1 is held to the rate: the origin
-// refused its bursts within smoothFor, or may have (smoothTrial).
-func (l *lane) smoothLocked(now time.Time) bool { return now.Before(l.smoothUntil) }
-
-// What the answers since the judgement began say of tier 1's bursts
-// (burstsLocked).
-const (
-	burstsUnknown = iota // nothing: the 429s are judged as they come
-	burstsLikely         // refused, the sends held to the rate too few to tell
-	burstsRefused        // refused, the sends held to the rate not
-)
-
-// burstsLocked tells whether the 429s since the judgement began fell on
-// the sends that went ahead of the rate: at least burstMin, their share
-// past threshold with the confidence of the Wilson bound, and that of the
-// sends held to the rate not. A token bucket of a second of its rate
-// (internal/pushsim's, most limits') takes a burst of tier 1 whole, and
-// its 429s, once the rate is past it, fall on every send alike. One of a
-// twentieth of a second refuses most of the burst and none of the sends
-// that waited for the rate: there the bursts cost a lone processor up to
-// four fifths of the limit (slow start's tier 1 at once, 60% refused, a
-// pause that ended it at 25/s against 500), and the rate cut on them
-// again and again (docs/benchmarks.md).
-func (l *lane) burstsLocked(now time.Time, threshold float64) int {
-	if l.smoothLocked(now) && !l.smoothTrial || l.ahead.throttled < burstMin || !aboveZ(l.ahead.throttled, l.ahead.n, threshold, l.z) {
-		return burstsUnknown
-	}
-	// The sends held to the rate decide, on MinSamples of them. With
-	// fewer (slow start's first tenth sends a few, and on the real clock
-	// none may be answered yet when a fetched batch's tier 1 has been),
-	// tier 1 waits for the rate while more come, unless one was refused:
-	// a second of burst that three processors' bursts emptied refuses
-	// the next sends too, and those 429s are the rate's to answer. With
-	// none answered nor waiting (tier 1 alone), nothing tells the
-	// bursts' 429s from the rate's.
-	p := l.paced
-	switch {
-	case p.n >= l.cfg.MinSamples && !aboveZ(p.throttled, p.n, threshold, l.z):
-		return burstsRefused
-	case p.n < l.cfg.MinSamples && p.throttled == 0 && (p.n > 0 || l.lowerWaitingLocked()):
-		return burstsLikely
-	}
-	return burstsUnknown
-}
-
-// lowerWaitingLocked tells whether sends of the lower tiers wait for the
-// rate.
-func (l *lane) lowerWaitingLocked() bool {
-	for _, q := range l.queues[1:] {
-		if len(q[0])+len(q[1]) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // retryAfterKept is how many 429s' Retry-After the lane keeps.
@@ -1605,9 +1483,6 @@ func (l *lane) cutLocked(now time.Time, acc float64) (took bool) {
 	return took
 }
 
-// answers counts answers and the 429s among them.
-type answers struct{ n, throttled int }
-
 // reading is what the origin accepted per second at a cut.
 type reading struct {
 	at  time.Time
@@ -1694,7 +1569,6 @@ const minRate = 0.5
 // restartLocked starts a new period of judgement.
 func (l *lane) restartLocked(now time.Time) {
 	l.lastCut, l.judgeFrom, l.freshFrom = now, now, time.Time{}
-	l.ahead, l.paced = answers{}, answers{}
 	l.raisedAt, l.raisedFrom = now, l.rate
 	for i := range l.ticks {
 		t := &l.ticks[i]
@@ -1867,7 +1741,7 @@ func (l *lane) wakeLocked(p *Pacer, now time.Time) {
 		if w == nil {
 			break
 		}
-		if !l.unheldLocked(w.req.Tier.Index(), now) {
+		if w.req.Tier.Index() > 0 || !l.slowStart {
 			l.tokens--
 		}
 		w.ch <- grant{slot: l.grantLocked(p, w.req, now)}

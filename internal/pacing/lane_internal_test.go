@@ -3,12 +3,8 @@ package pacing
 import (
 	"fmt"
 	"math"
-	"slices"
 	"testing"
 	"time"
-
-	"github.com/tierpush/tierpush/internal/push"
-	"github.com/tierpush/tierpush/tiers"
 )
 
 // testPacer is a pacer of the default configuration.
@@ -473,119 +469,5 @@ func TestOverstatedReadingCutsToTheMedian(t *testing.T) {
 	l.cutLocked(now.Add(time.Second), 310)
 	if want := cfg.CutFactor * 310; math.Abs(l.rate-want) > 0.01 {
 		t.Errorf("a reading of 310/s after the origin proved 300/s cut the rate to %.1f, want %.1f: the readings from before the rise still held it", l.rate, want)
-	}
-}
-
-// TestRefusedBurstsHoldTier1ToTheRate: an origin whose token bucket holds
-// a few sends refuses a burst of tier 1 that went ahead of the rate, and
-// none of the sends that waited for it. Those 429s are the burst's: the
-// lane neither cuts nor pauses, stays in slow start, and holds tier 1 to
-// the rate from then on; while the sends that waited are too few to
-// tell, it holds tier 1 to the rate and waits for more. Where the sends
-// that waited for the rate are refused alike, as when a limit's allowance
-// has run out, it cuts as before; and a few refused sends of a burst
-// prove nothing.
-func TestRefusedBurstsHoldTier1ToTheRate(t *testing.T) {
-	start := time.Unix(1_800_000_000, 0)
-	throttled := push.Result{Class: push.Retryable, Status: 429, RetryAfter: time.Second}
-	delivered := push.Result{Class: push.Delivered, Status: 201}
-	// run answers rounds of sends granted at the same time, 30 ms apart:
-	// in each, four of tier 1 ahead of the rate (aheadRefused of them
-	// 429), and one of tier 3 that waited for it (refused from round
-	// pacedRefused on, with tier 1 once it waits for the rate too; never
-	// if it is negative). Held to the rate, tier 1 goes ahead no more.
-	// Without paced, the fifth is tier 1 too.
-	run := func(rounds, aheadRefused, pacedRefused int, paced bool) (*lane, []Event, time.Time) {
-		var events []Event
-		p, err := New(DefaultConfig(), WithObserver(func(e Event) { events = append(events, e) }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := newLane("https://push.example.net", p, start)
-		now := start
-		for r := range rounds {
-			now = start.Add(time.Duration(r) * 30 * time.Millisecond)
-			var slots []*Slot
-			for i := range 5 {
-				tier := tiers.Tier1
-				if i == 4 && paced {
-					tier = tiers.Tier3
-				}
-				ahead := (i < 4 || !paced) && !l.smoothLocked(now)
-				slots = append(slots, &Slot{p: p, l: l, req: Request{Origin: l.origin, Sub: fmt.Sprint(r, i), Tier: tier}, granted: now, probing: true, ahead: ahead})
-				l.inFlight++
-			}
-			for i, s := range slots {
-				refused := s.ahead && i < aheadRefused || !s.ahead && paced && pacedRefused >= 0 && r >= pacedRefused
-				res := delivered
-				if refused {
-					res = throttled
-				}
-				l.done(s, res, refused, now.Add(20*time.Millisecond))
-			}
-		}
-		return l, events, now
-	}
-	kinds := func(events []Event) []string {
-		var out []string
-		for _, e := range events {
-			out = append(out, e.Kind)
-		}
-		return out
-	}
-
-	l, events, now := run(10, 3, -1, true)
-	if !l.smoothLocked(now) {
-		t.Fatalf("tier 1's bursts refused 3 in 4, the sends that waited for the rate never: not held to the rate (events %v)", kinds(events))
-	}
-	if !l.slowStart || now.Before(l.paused) || l.rate < l.cfg.StartRate {
-		t.Errorf("after the bursts' 429s: slow start %v, paused until %v, rate %.1f; want slow start on, no pause, the rate kept (events %v)", l.slowStart, l.paused, l.rate, kinds(events))
-	}
-	if got := kinds(events); !slices.Equal(got, []string{"smooth"}) {
-		t.Errorf("events %v, want [smooth] alone", got)
-	}
-	l.tokens = 0
-	if l.allowedLocked(0, now) {
-		t.Errorf("held to the rate, tier 1 went ahead of it with no token")
-	}
-	// Ten minutes on it may go ahead again.
-	if !l.allowedLocked(0, now.Add(smoothFor)) {
-		t.Errorf("%v after the bursts' 429s, tier 1 still held to the rate", smoothFor)
-	}
-
-	for _, from := range []int{0, 3} {
-		// From round 3, once tier 1 was held to the rate for a trial.
-		l, events, now = run(10, 3, from, true)
-		if l.smoothLocked(now) {
-			t.Errorf("sends that waited for the rate refused from round %d: held to the rate as if the bursts alone were (events %v)", from, kinds(events))
-		}
-		if l.slowStart {
-			t.Errorf("sends that waited for the rate refused from round %d: slow start went on (events %v)", from, kinds(events))
-		}
-	}
-
-	l, events, now = run(1, 4, -1, true)
-	if l.smoothLocked(now) {
-		t.Errorf("4 refused sends of a burst held tier 1 to the rate, want at least %d (events %v)", burstMin, kinds(events))
-	}
-
-	// Tier 1 alone: no send waited for the rate, and nothing tells the
-	// bursts' 429s from the rate's. They are judged as they come.
-	l, events, now = run(10, 3, -1, false)
-	if l.smoothLocked(now) || l.slowStart {
-		t.Errorf("tier 1 alone, 3 in 5 refused: held to the rate %v, slow start %v; want a cut or pause as before (events %v)", l.smoothLocked(now), l.slowStart, kinds(events))
-	}
-
-	// On the real clock a fetched batch's tier 1 can be answered before
-	// any send that waited for the rate: while the lower tiers wait, tier
-	// 1 is held for a trial.
-	_, l = testLane(t, start)
-	l.ahead = answers{n: 12, throttled: 9}
-	if got := l.burstsLocked(start, 0.15); got != burstsUnknown {
-		t.Errorf("bursts refused, nothing else sent nor waiting: %d, want burstsUnknown", got)
-	}
-	l.queues[2][0] = append(l.queues[2][0], &waiter{})
-	if got := l.burstsLocked(start, 0.15); got != burstsLikely {
-		t.Errorf("bursts refused, tier 3 waiting for the rate: %d, want burstsLikely", got)
 	}
 }

@@ -65,8 +65,7 @@ type Event struct {
 	// Kind: "cut", "raise", "hold" (a cut undone: its 429s did not follow
 	// the rate), "pause" (halted for Retry-After), "open", "half-open",
 	// "closed" (the error breaker), "evict", "peer" (a peer's cut or
-	// pause applied), "smooth" (the origin refused tier 1's bursts: held
-	// to the rate from then on).
+	// pause applied).
 	Kind  string
 	Limit int
 	// Rate is the 429 (or error) share that caused it.
@@ -138,8 +137,6 @@ type Slot struct {
 	// probing: granted in slow start or above the ceiling, where the
 	// origin's limit is being looked for; a 429 then is the origin's.
 	probing bool
-	// ahead: tier 1 granted ahead of the rate (burstsLocked).
-	ahead   bool
 	granted time.Time
 }
 
