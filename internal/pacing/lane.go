@@ -1601,7 +1601,13 @@ func (l *lane) apply(p *Pacer, s Signal, now time.Time) {
 		if l.slowStart && s.Rate > 0 {
 			// The others have found the origin's limit: take an equal
 			// part of it rather than probe into it from nothing.
+			// Slow start ends here as on a cut of its own: the rolling
+			// share and the storms leave out its answers and settleFor
+			// after them. Left unset, the rolling share counted slow
+			// start's refused first burst of tier 1, and three
+			// processors sharing 20/s opened the breaker on it.
 			l.slowStart = false
+			l.settled, l.cutsInRow = now, 0
 			l.rate = s.Rate
 			l.tokens = min(l.tokens, 1)
 			l.restartLocked(now)
