@@ -451,7 +451,9 @@ func (l *lane) growLocked(p *Pacer, now time.Time) {
 		l.rate = min(l.rate*math.Pow(2, secs/l.roundTrip()), maxRate)
 		return
 	}
-	if now.Sub(l.lastCut) < l.holdAfterCut() {
+	if now.Sub(laterOf(l.lastCut, l.paused)) < l.holdAfterCut() {
+		// Not before the sends made at the new rate are answered: after a
+		// pause, those made since it ended.
 		return
 	}
 	ceiling := max(l.ceiling, l.fairLocked(now))
@@ -1177,7 +1179,14 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 		// the rate keeps sending what the judgement needs. Below
 		// StartRate the rate may have grown past the ceiling (it grows
 		// as if from half of StartRate), and is held all the same.
-		held = held || l.cutsInRow >= maxCutsInRow && acc > 0 && acc < l.rate && l.rate <= max(l.ceiling, l.cfg.StartRate)
+		// A rate that answers strongSamples of MinSamples within a
+		// second is judged well enough by the share: the rule is for the
+		// few sends a second random 429s cut a lane to. Past it, a limit
+		// of a twentieth of a second's burst that halved under a lone
+		// processor held it at half again the new limit, a pause a
+		// second and 30% 429s, with no cut to show the share would fall.
+		held = held || l.cutsInRow >= maxCutsInRow && acc > 0 && acc < l.rate && l.rate <= max(l.ceiling, l.cfg.StartRate) &&
+			l.rate < float64(strongSamples*l.cfg.MinSamples)
 	}
 	switch {
 	case float64(f.throttled) > l.cfg.HaltRate*float64(f.n) && l.haltingLocked(now):
@@ -1201,7 +1210,7 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 			l.restartLocked(now)
 		} else {
 			l.countCutLocked(now)
-			l.cutLocked(now, acc)
+			l.cutLocked(now, acc, true)
 			l.cutShare = share
 		}
 		l.pauseLocked(now, until)
@@ -1218,7 +1227,7 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 			l.storms++
 		}
 		l.countCutLocked(now)
-		took := l.cutLocked(now, acc)
+		took := l.cutLocked(now, acc, false)
 		l.cutShare = share
 		l.event(p, Event{At: now, Kind: "cut", Rate: share, Accepted: acc})
 		if !took {
@@ -1428,7 +1437,7 @@ const (
 // cutLocked cuts the rate to CutFactor of acc, what the origin accepted
 // per second, when that is lower than the rate (it is when the origin is
 // the bound), and ends slow start.
-func (l *lane) cutLocked(now time.Time, acc float64) (took bool) {
+func (l *lane) cutLocked(now time.Time, acc float64, storm bool) (took bool) {
 	// What this processor sent: its rate, or more where tier 1 went
 	// ahead of it.
 	before := max(l.rate, l.grantedLocked(now))
@@ -1449,7 +1458,12 @@ func (l *lane) cutLocked(now time.Time, acc float64) (took bool) {
 	// are the limit's, not background. One that took all but what devices
 	// throttled one by one proves nothing of the kind: keeping that
 	// evidence is what ends cuts on per-device 429s.
-	took = acc > 0 && acc >= (1-maxBackground)*before
+	// Nor does a storm's: its 429s, past HaltRate, are no devices'. Read
+	// over the last seconds, what the origin took still holds what it took
+	// before a limit fell; kept, that ceiling let the rate straight back up
+	// to it after each pause (a limit of a twentieth of a second's burst
+	// halved under a lone processor: a pause a second, 30% 429s).
+	took = !storm && acc > 0 && acc >= (1-maxBackground)*before
 	if !took {
 		l.forgetBackgroundLocked(now)
 	}
@@ -1625,7 +1639,7 @@ func (l *lane) apply(p *Pacer, s Signal, now time.Time) {
 		switch {
 		case now.Sub(l.lastCut) < l.holdAfterCut():
 		case l.peerShowsLocked(s, now):
-			l.cutLocked(now, l.acceptedLocked(now))
+			l.cutLocked(now, l.acceptedLocked(now), s.Kind == SignalPause)
 			l.event(p, Event{At: now, Kind: "cut", Peer: true})
 		case l.easeLocked(now):
 			l.event(p, Event{At: now, Kind: "cut", Peer: true})
@@ -1804,4 +1818,12 @@ func (l *lane) state(now time.Time) LaneState {
 		st.Peers++
 	}
 	return st
+}
+
+// laterOf is the later of a and b.
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

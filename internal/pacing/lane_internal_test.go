@@ -413,14 +413,14 @@ func TestOverstatedReadingCutsToTheMedian(t *testing.T) {
 		for _, acc := range readings {
 			now = now.Add(5 * time.Second)
 			l.rate = acc * 1.2
-			l.cutLocked(now, acc)
+			l.cutLocked(now, acc, false)
 		}
 		return l, now.Add(5 * time.Second)
 	}
 
 	l, now := settled(150, 140, 155, 145)
 	l.rate = 190
-	l.cutLocked(now, 220)
+	l.cutLocked(now, 220, false)
 	if want := cfg.CutFactor * 150; math.Abs(l.rate-want) > 0.01 {
 		t.Errorf("a reading of 220/s after readings of 140-155/s cut the rate to %.1f, want %.1f (%.2f of their median, 150)", l.rate, want, cfg.CutFactor)
 	}
@@ -430,7 +430,7 @@ func TestOverstatedReadingCutsToTheMedian(t *testing.T) {
 
 	l, now = settled(150, 140, 155, 145)
 	l.rate = 100
-	l.cutLocked(now, 60)
+	l.cutLocked(now, 60, false)
 	if want := cfg.CutFactor * 60; math.Abs(l.rate-want) > 0.01 {
 		t.Errorf("a reading of 60/s after readings of 140-155/s cut the rate to %.1f, want %.1f: a limit that fell is followed at once", l.rate, want)
 	}
@@ -440,7 +440,7 @@ func TestOverstatedReadingCutsToTheMedian(t *testing.T) {
 	l, now = settled(150, 140, 155, 145)
 	l.peers = map[string]peer{"p1": {rate: 250, at: now}}
 	l.rate = 190
-	l.cutLocked(now, 220)
+	l.cutLocked(now, 220, false)
 	if l.rate < cfg.CutFactor*185 {
 		t.Errorf("a reading of 220/s beside a peer cut the rate to %.1f, want %.1f: held to the median of a part that moves with the peers", l.rate, cfg.CutFactor*190)
 	}
@@ -448,7 +448,7 @@ func TestOverstatedReadingCutsToTheMedian(t *testing.T) {
 	// Fewer readings than the median is taken over: the reading stands.
 	l, now = settled(150, 140)
 	l.rate = 250
-	l.cutLocked(now, 220)
+	l.cutLocked(now, 220, false)
 	if want := cfg.CutFactor * 220; math.Abs(l.rate-want) > 0.01 {
 		t.Errorf("a reading of 220/s after two readings cut the rate to %.1f, want %.1f", l.rate, want)
 	}
@@ -466,7 +466,7 @@ func TestOverstatedReadingCutsToTheMedian(t *testing.T) {
 		t.Fatalf("ceiling %.0f after four seconds of 300 accepted, want 300 (the proof)", l.ceiling)
 	}
 	l.rate = 340
-	l.cutLocked(now.Add(time.Second), 310)
+	l.cutLocked(now.Add(time.Second), 310, false)
 	if want := cfg.CutFactor * 310; math.Abs(l.rate-want) > 0.01 {
 		t.Errorf("a reading of 310/s after the origin proved 300/s cut the rate to %.1f, want %.1f: the readings from before the rise still held it", l.rate, want)
 	}
