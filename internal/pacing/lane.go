@@ -117,6 +117,16 @@ type lane struct {
 	spent     float64   // of the spare, by the tier-1 burst under way
 	spentAt   time.Time // when tier 1 last spent of it
 	t1Waited  time.Time // when a tier-1 request last had to wait
+	// What the origin was seen to take at once beyond the rate: tier 1
+	// goes ahead of the rate by this much at most (allowanceLocked). Zero
+	// while nothing is known of it.
+	allowance   float64
+	allowanceAt time.Time
+	// The answers to sends granted since judgeFrom that went ahead of the
+	// rate (tier 1 on its debt, the spare or in slow start) and to those
+	// that waited for it: where the first are refused and the second not,
+	// the origin refuses bursts, not the rate (burstsRefusedLocked).
+	ahead, paced answers
 
 	seconds []second
 	ticks   [keptTicks]tick
@@ -381,28 +391,61 @@ func (l *lane) burstLocked(now time.Time) bool {
 
 // allowedLocked tells whether a send of tier index ti may take a token
 // now (a pause holds every tier: see admit and wakeLocked). The lower
-// tiers need one there. Tier 1 may overdraw by tier1Debt of the rate, or
-// by up to spareFor of the ceiling while the origin has spared anything
-// (spareLocked) and tier 1 comes as a burst: it goes at once on what the
-// origin saved, and the lower tiers wait the debt out, so the average
-// stays the rate. In slow start, when nothing is known of the origin yet,
-// tier 1 is not held at all.
+// tiers need one there; tier 1 may overdraw by its debt (debtLocked), and
+// the lower tiers wait the debt out, so the average stays the rate. In
+// slow start, while nothing is known of the origin yet, tier 1 is not
+// held at all (unheldLocked).
 func (l *lane) allowedLocked(ti int, now time.Time) bool {
 	switch {
 	case ti > 0:
 		return l.tokens >= 1
-	case l.slowStart:
-		return true
-	case l.burstLocked(now) && l.spareLocked(now) >= 1 && l.tokens >= 1-l.ceiling*spareFor:
+	case l.unheldLocked(ti, now):
 		return true
 	}
-	return l.tokens >= 1-l.spent-max(1, l.rate*tier1Debt)
+	return l.tokens >= 1-l.debtLocked(now)
 }
+
+// debtLocked is how many tokens tier 1 may overdraw: tier1Debt of the
+// rate, or up to spareFor of the ceiling while the origin has spared
+// anything (spareLocked) and tier 1 comes as a burst, so that it goes at
+// once on what the origin saved; never more than the origin has been seen
+// to take at once (allowanceLocked).
+func (l *lane) debtLocked(now time.Time) float64 {
+	debt := l.spent + max(1, l.rate*tier1Debt)
+	if !l.slowStart && l.burstLocked(now) && l.spareLocked(now) >= 1 {
+		debt = max(debt, l.ceiling*spareFor)
+	}
+	return min(debt, l.allowanceLocked(now))
+}
+
+// unheldLocked tells whether a send of tier index ti goes without a
+// token: tier 1 in slow start, unless the origin has been seen to refuse
+// its bursts.
+func (l *lane) unheldLocked(ti int, now time.Time) bool {
+	return ti == 0 && l.slowStart && math.IsInf(l.allowanceLocked(now), 1)
+}
+
+// allowanceLocked is how many sends the origin has been seen to take at
+// once beyond the rate, learnt within allowanceFor; +Inf while nothing is
+// known of it. A token bucket of a second of its rate (internal/pushsim's,
+// and most limits') takes a burst of tier 1 whole; one of a twentieth of a
+// second, or a count per whole second, refuses most of it and none of the
+// sends that waited for the rate (burstsRefusedLocked).
+func (l *lane) allowanceLocked(now time.Time) float64 {
+	if l.allowance <= 0 || now.Sub(l.allowanceAt) >= allowanceFor {
+		return math.Inf(1)
+	}
+	return l.allowance
+}
+
+// allowanceFor is how long a learnt allowance holds; then tier 1 may go
+// ahead as before, and a refused burst teaches it again.
+const allowanceFor = 10 * time.Minute
 
 // refillLocked adds the tokens earned since the last refill.
 func (l *lane) refillLocked(now time.Time) {
 	if d := now.Sub(l.tokAt); d > 0 {
-		l.tokens = min(l.tokens+l.rate*d.Seconds(), max(1, l.rate*burstFor))
+		l.tokens = min(l.tokens+l.rate*d.Seconds(), l.bucketLocked(now))
 	}
 	l.tokAt = now
 	if l.tokens >= 0 {
@@ -411,11 +454,25 @@ func (l *lane) refillLocked(now time.Time) {
 	}
 }
 
+// bucketLocked is how many tokens the bucket holds: burstFor of the rate,
+// one at least; what it saves up is a burst too, so no more than the
+// origin was seen to take at once (allowanceLocked), but for what the rate
+// earns in tokenGrain. The lane's timer wakes waiters a millisecond apart
+// at the soonest: held to one token, 3,000 sends/s went out at 1,800.
+// Saved up over a pause, 0.1 s of the rate met a bucket of a twentieth of
+// a second at its end, and a lone processor paused again every second.
+func (l *lane) bucketLocked(now time.Time) float64 {
+	return max(1, min(l.rate*burstFor, max(l.allowanceLocked(now), l.rate*tokenGrain)))
+}
+
+// tokenGrain: see bucketLocked.
+const tokenGrain = 0.005
+
 // tokenLocked takes a token for a send of tier index ti, or reports that
 // it must wait for one (allowedLocked).
 func (l *lane) tokenLocked(ti int, now time.Time) bool {
 	l.refillLocked(now)
-	if ti == 0 && l.slowStart {
+	if l.unheldLocked(ti, now) {
 		return true
 	}
 	if !l.allowedLocked(ti, now) {
@@ -659,19 +716,13 @@ func (l *lane) armLocked(now time.Time) {
 
 // waitLocked is how long, in seconds, until a waiter may take a token
 // (allowedLocked): a lower tier's when one token is there; tier 1's when
-// its debt allows, or the origin has spared one and the debt is within
-// spareFor of the ceiling.
+// its debt allows.
 func (l *lane) waitLocked(now time.Time) float64 {
 	until := func(level float64) float64 { return max(0, (level-l.tokens)/l.rate) }
-	wait := until(1)
-	if len(l.queues[0][0])+len(l.queues[0][1]) == 0 || l.slowStart {
-		return wait
+	if len(l.queues[0][0])+len(l.queues[0][1]) == 0 || l.unheldLocked(0, now) {
+		return until(1)
 	}
-	wait = until(1 - l.spent - max(1, l.rate*tier1Debt))
-	if l.ceiling > 0 && l.burstLocked(now) && l.spareLocked(now) >= 1 {
-		wait = min(wait, until(1-l.ceiling*spareFor))
-	}
-	return wait
+	return until(1 - l.debtLocked(now))
 }
 
 // limitInt is the concurrency limit: in slow start the configured
@@ -692,7 +743,8 @@ func (l *lane) limitFor(ti int, now time.Time) int {
 	if ti > 0 || l.slowStart {
 		return l.limitInt()
 	}
-	return min(l.limitInt()+int(max(l.rate*tier1Debt, l.ceiling*spareFor))+1, l.cfg.MaxLimit)
+	ahead := min(max(l.rate*tier1Debt, l.ceiling*spareFor), l.allowanceLocked(now))
+	return min(l.limitInt()+int(ahead)+1, l.cfg.MaxLimit)
 }
 
 // retryAllowed applies the retry budget: retries may hold at most
@@ -732,7 +784,11 @@ func (l *lane) grantLocked(p *Pacer, req Request, now time.Time) *Slot {
 	// on them again and again.
 	safe := !l.slowStart && now.Sub(l.settled) >= settleFor && l.rate <= l.ceiling*1.001
 	probing := l.slowStart || (l.ceiling > 0 && l.rate > l.ceiling)
-	return &Slot{p: p, l: l, req: req, granted: now, safe: safe, probing: probing}
+	// Ahead of the rate: tier 1 that took no token, or one not yet
+	// earned.
+	ti := req.Tier.Index()
+	ahead := l.unheldLocked(ti, now) || ti == 0 && l.tokens < 0
+	return &Slot{p: p, l: l, req: req, granted: now, safe: safe, probing: probing, ahead: ahead}
 }
 
 // evictLocked removes and returns the newest waiter of the lowest tier
@@ -837,6 +893,16 @@ func (l *lane) done(s *Slot, r push.Result, throttled bool, now time.Time) (devi
 		l.retryAfterN++
 	}
 	l.recordLocked(s.granted, now, throttled, failed, s.safe)
+	if !s.probe && !s.granted.Before(l.judgeFrom) {
+		a := &l.paced
+		if s.ahead {
+			a = &l.ahead
+		}
+		a.n++
+		if throttled {
+			a.throttled++
+		}
+	}
 	if s.probe {
 		switch {
 		case throttled || failed:
@@ -1025,6 +1091,18 @@ func (l *lane) acceptedLocked(now time.Time) float64 {
 			refill = 0 // its tenth is out of the window
 		}
 	}
+	if !l.allowanceAt.IsZero() {
+		// Nor is a burst the origin refused (burstsRefusedLocked): its
+		// 429s are no rate, and what it took of the burst is no rate
+		// either. Counted, they read 16/s against 20 at the end of slow
+		// start, the rate sat under the limit while the origin's bucket
+		// filled, and the probe that followed proved the bucket as a
+		// higher limit (1.8× the limit in a second).
+		if a := at - l.allowanceAt.UnixNano()/int64(tickSpan); a < last {
+			last = max(a, 1)
+			refill = 0
+		}
+	}
 	for i := range last {
 		t := l.tickAt(at - i)
 		if t == nil {
@@ -1188,6 +1266,18 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 		held = held || l.cutsInRow >= maxCutsInRow && acc > 0 && acc < l.rate && l.rate <= max(l.ceiling, l.cfg.StartRate) &&
 			l.rate < float64(strongSamples*l.cfg.MinSamples)
 	}
+	if (storm || cut) && l.burstsRefusedLocked(threshold, now) {
+		// The 429s are tier 1's bursts', not the rate's: no cut, no
+		// pause, and slow start goes on. Tier 1 goes ahead of the rate
+		// by what the origin took of them at most, and the judgement
+		// starts again on the sends that come of it.
+		l.allowance = max(1, min(l.allowanceLocked(now), float64(l.ahead.n-l.ahead.throttled))/2)
+		l.allowanceAt = now
+		l.tokens = min(l.tokens, 1)
+		l.restartLocked(now)
+		l.event(p, Event{At: now, Kind: "bursts", Rate: share, Accepted: l.allowance})
+		return
+	}
 	switch {
 	case float64(f.throttled) > l.cfg.HaltRate*float64(f.n) && l.haltingLocked(now):
 		// Cut after cut, the rolling 429 share stays past HaltRate: the
@@ -1239,6 +1329,54 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 		}
 	}
 }
+
+// burstMin is the least number of 429s to sends ahead of the rate that
+// shows an origin refusing bursts.
+const burstMin = 5
+
+// burstsRefusedLocked tells whether the 429s since the judgement began
+// fell on the sends that went ahead of the rate, in slow start: burstMin
+// of them at least, their share past threshold with Confidence, while the
+// sends that waited for the rate were refused no more than threshold of
+// them, on MinSamples answers, or none at all on fewer (slow start's first
+// round trips answer a few, and a burst's 429s must not end it far below
+// the limit: on an allowance learnt too large, half of ten sends within it
+// refused a tenth of a second later paused a lone lane at 18/s against
+// 3,000). If the rate's 429s were among them after all, they soon fall on
+// the sends held to the rate too, and the judgement cuts.
+//
+// In slow start only, where tier 1 is not held at all and the first burst
+// comes. Once the origin is at its limit, whatever its burst, a send ahead
+// of the rate goes out beside one that took a token and meets the empty
+// bucket first: on a limit of a second of burst, judged again and again
+// after slow start, the rule took a probe's 429s past 3,000/s for the
+// bursts' for eight seconds, uncut, at 16% 429s.
+func (l *lane) burstsRefusedLocked(threshold float64, now time.Time) bool {
+	a, r := l.ahead, l.paced
+	if !l.slowStart || a.throttled < burstMin || !aboveZ(a.throttled, a.n, threshold, l.z) {
+		return false
+	}
+	if r.n >= l.cfg.MinSamples {
+		return float64(r.throttled) <= threshold*float64(r.n)
+	}
+	// With none answered nor waiting (tier 1 alone), nothing tells the
+	// bursts' 429s from the rate's.
+	return r.throttled == 0 && (r.n > 0 || l.lowerWaitingLocked())
+}
+
+// lowerWaitingLocked tells whether sends of the lower tiers wait for the
+// rate.
+func (l *lane) lowerWaitingLocked() bool {
+	for _, q := range l.queues[1:] {
+		if len(q[0])+len(q[1]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// answers counts answers and the 429s among them.
+type answers struct{ n, throttled int }
 
 // retryAfterKept is how many 429s' Retry-After the lane keeps.
 const retryAfterKept = 15
@@ -1583,6 +1721,7 @@ const minRate = 0.5
 // restartLocked starts a new period of judgement.
 func (l *lane) restartLocked(now time.Time) {
 	l.lastCut, l.judgeFrom, l.freshFrom = now, now, time.Time{}
+	l.ahead, l.paced = answers{}, answers{}
 	l.raisedAt, l.raisedFrom = now, l.rate
 	for i := range l.ticks {
 		t := &l.ticks[i]
@@ -1761,7 +1900,7 @@ func (l *lane) wakeLocked(p *Pacer, now time.Time) {
 		if w == nil {
 			break
 		}
-		if w.req.Tier.Index() > 0 || !l.slowStart {
+		if !l.unheldLocked(w.req.Tier.Index(), now) {
 			l.tokens--
 		}
 		w.ch <- grant{slot: l.grantLocked(p, w.req, now)}

@@ -5,6 +5,9 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/tierpush/tierpush/internal/push"
+	"github.com/tierpush/tierpush/tiers"
 )
 
 // testPacer is a pacer of the default configuration.
@@ -470,4 +473,125 @@ func TestOverstatedReadingCutsToTheMedian(t *testing.T) {
 	if want := cfg.CutFactor * 310; math.Abs(l.rate-want) > 0.01 {
 		t.Errorf("a reading of 310/s after the origin proved 300/s cut the rate to %.1f, want %.1f: the readings from before the rise still held it", l.rate, want)
 	}
+}
+
+// TestRefusedBurstsTeachTheAllowance: an origin that holds little burst (a
+// token bucket of a twentieth of a second, a count per whole second)
+// refuses most of a burst of tier 1 sent ahead of the rate and none of the
+// sends that waited for it. Those 429s are the burst's: slow start goes
+// on, nothing pauses, and tier 1 goes ahead of the rate by half of what
+// the origin took of the burst at most. Taken for the rate's, they ended
+// slow start at 25/s against 500, and a lone processor sent 16-41% of
+// limits of 500 and 3,000. Once the allowance is known, 429s on both kinds
+// of send are the rate's and cut it; and tier 1 alone, with no send held
+// to the rate to tell, is judged as before.
+func TestRefusedBurstsTeachTheAllowance(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	req := func(tier tiers.Tier) Request {
+		return Request{Origin: "https://push.example.net", Sub: "s", Tier: tier}
+	}
+	// send grants n sends of tier at now and answers them at now plus
+	// 50 ms, the last k of them 429s, as a token bucket answers a burst;
+	// it returns the slots' ahead marks.
+	send := func(p *Pacer, l *lane, now time.Time, tier tiers.Tier, n, k int) (ahead int) {
+		var slots []*Slot
+		for range n {
+			w, s, _ := l.admit(p, req(tier), now)
+			if w != nil {
+				t.Fatalf("a %s send waited for the rate at %s; want it granted", tier, now.Sub(start))
+			}
+			if s == nil {
+				t.Fatalf("a %s send was deferred at %s", tier, now.Sub(start))
+			}
+			slots = append(slots, s)
+		}
+		for i, s := range slots {
+			if s.ahead {
+				ahead++
+			}
+			status := 201
+			if i >= n-k {
+				status = 429
+			}
+			l.done(s, push.Result{Class: push.Delivered, Status: status}, status == 429, now.Add(50*time.Millisecond))
+		}
+		return ahead
+	}
+
+	t.Run("a burst refused, the sends held to the rate not", func(t *testing.T) {
+		p, l := testLane(t, start)
+		l.latency = 0.05
+		// Sends held to the rate come first, answered; then a burst of
+		// 60 of tier 1, of which the origin takes 12.
+		send(p, l, start, tiers.Tier3, 2, 0)
+		if ahead := send(p, l, start.Add(time.Millisecond), tiers.Tier1, 60, 48); ahead != 60 {
+			t.Fatalf("%d of 60 tier-1 sends in slow start went ahead of the rate, want all", ahead)
+		}
+		if !l.slowStart || !l.paused.IsZero() {
+			t.Fatalf("slow start %v, paused until %s: want slow start going on, no pause", l.slowStart, l.paused)
+		}
+		if got := l.allowanceLocked(start.Add(time.Second)); got != 6 {
+			t.Fatalf("allowance %v, want 6 (half of the 12 the origin took)", got)
+		}
+		// Tier 1 now goes ahead of the rate by the allowance at most,
+		// where its debt at the rate (a quarter second of it) is more.
+		now := start.Add(2 * time.Second)
+		l.rate, l.tokens, l.tokAt = 200, 1, now
+		granted := 0
+		for range 20 {
+			if w, s, _ := l.admit(p, req(tiers.Tier1), now); s != nil {
+				granted++
+			} else if w != nil {
+				l.cancel(w)
+			}
+		}
+		if granted != 7 {
+			t.Errorf("%d tier-1 sends granted at once on a token and an allowance of 6, want 7", granted)
+		}
+		if got := l.allowanceLocked(now.Add(allowanceFor)); !math.IsInf(got, 1) {
+			t.Errorf("allowance %v after %s, want it forgotten", got, allowanceFor)
+		}
+	})
+
+	t.Run("the rate's 429s, once the allowance is known", func(t *testing.T) {
+		p, l := testLane(t, start)
+		l.latency = 0.05
+		l.allowance, l.allowanceAt = 6, start
+		l.rate = 200
+		now := start.Add(time.Second)
+		l.tokens, l.tokAt = 1, now
+		// The bucket is empty for everyone: the sends held to the rate
+		// are refused as the burst's are.
+		for i := range 40 {
+			at := now.Add(time.Duration(i) * 5 * time.Millisecond)
+			l.refillLocked(at)
+			tier := tiers.Tier3
+			if i%2 == 0 {
+				tier = tiers.Tier1
+			}
+			if w, s, _ := l.admit(p, req(tier), at); s != nil {
+				l.done(s, push.Result{Class: push.Retryable, Status: 429}, true, at.Add(50*time.Millisecond))
+			} else if w != nil {
+				l.cancel(w)
+			}
+			if !l.slowStart {
+				break
+			}
+		}
+		if l.slowStart {
+			t.Fatalf("slow start goes on through 429s on every kind of send; want it ended (events: rate %.1f)", l.rate)
+		}
+	})
+
+	t.Run("tier 1 alone", func(t *testing.T) {
+		p, l := testLane(t, start)
+		l.latency = 0.05
+		send(p, l, start, tiers.Tier1, 60, 48)
+		if l.slowStart {
+			t.Errorf("slow start goes on after 48 of 60 tier-1 sends refused with no other send to tell; want it ended as before")
+		}
+		if got := l.allowanceLocked(start.Add(time.Second)); !math.IsInf(got, 1) {
+			t.Errorf("allowance %v learnt from tier 1 alone, want none", got)
+		}
+	})
 }

@@ -65,13 +65,15 @@ type Event struct {
 	// Kind: "cut", "raise", "hold" (a cut undone: its 429s did not follow
 	// the rate), "pause" (halted for Retry-After), "open", "half-open",
 	// "closed" (the error breaker), "evict", "peer" (a peer's cut or
-	// pause applied).
+	// pause applied), "bursts" (the origin refused tier 1's burst and
+	// not the rate: no cut, tier 1 held to the allowance).
 	Kind  string
 	Limit int
 	// Rate is the 429 (or error) share that caused it.
 	Rate float64
 	// Estimate is the send rate after it (sends/s); Accepted what the
-	// origin was found to accept per second, for a cut or pause.
+	// origin was found to accept per second, for a cut or pause, and for
+	// "bursts" the allowance learnt (sends at once).
 	Estimate float64
 	Accepted float64
 	Until    time.Time
@@ -137,6 +139,8 @@ type Slot struct {
 	// probing: granted in slow start or above the ceiling, where the
 	// origin's limit is being looked for; a 429 then is the origin's.
 	probing bool
+	// ahead: tier 1 granted ahead of the rate (burstsRefusedLocked).
+	ahead   bool
 	granted time.Time
 }
 
