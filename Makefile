@@ -29,14 +29,16 @@ test: jaeger
 
 # The pacing grid (internal/pacing TestGrid): limits 20-3,000 req/s x
 # latencies 5-250 ms x 1 and 3 processors, and a limit that halves or
-# doubles, on a fake clock, and an origin that throttles 5% of devices
+# doubles, on a fake clock; the same against origins that allow little
+# burst (TestGridStrictOrigin: a twentieth of a second, a count per whole
+# second), and an origin that throttles 5% of devices
 # (TestGridDeviceThrottling); its cells through Kafka and the simulator, and
 # tier 1 ahead of a flood (internal/pipeline). Without the race detector,
 # which slows them five- to tenfold. GRID_REPORT=docs/img writes the
 # grid's table and chart.
 test-pacing-grid:
 	$(GO) test -count=1 -timeout 10m -run '^(TestPacingGridKafka|TestTier1BehindFlood|TestBreaker)$$' ./internal/pipeline
-	$(GO) test -count=1 -timeout 20m -run '^(TestGrid|TestGridDeviceThrottling)$$' ./internal/pacing $(if $(GRID_REPORT),-v -args -grid.report $(abspath $(GRID_REPORT)))
+	$(GO) test -count=1 -timeout 40m -run '^(TestGrid|TestGridStrictOrigin|TestGridDeviceThrottling)$$' ./internal/pacing $(if $(GRID_REPORT),-v -args -grid.report $(abspath $(GRID_REPORT)))
 
 # Offline checks of the Dockerfile, docker-compose.yml and the Helm chart
 # (a separate module: Helm, client-go and compose-go stay out of this one).

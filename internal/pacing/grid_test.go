@@ -47,10 +47,10 @@ type bucketOrigin struct {
 }
 
 // newOrigin is the origin of a cell: a token bucket holding burst
-// seconds of the limit (one token at least), or with -grid.window a
-// counter of whole seconds.
-func newOrigin(limit, burst float64) *bucketOrigin {
-	o := &bucketOrigin{limit: limit, window: *gridWindow, seconds: burst}
+// seconds of the limit (one token at least), or, window set, a counter of
+// whole seconds.
+func newOrigin(limit, burst float64, window bool) *bucketOrigin {
+	o := &bucketOrigin{limit: limit, window: window, seconds: burst}
 	o.tokens = o.size()
 	return o
 }
@@ -117,6 +117,20 @@ type gridCase struct {
 	// one by one, as the ledger mix throttles 5% of them. A limit of 0
 	// is none: the processors' windows bound what they send.
 	device429 float64
+	// burst, if set, is how many seconds of the limit the origin's token
+	// bucket holds, and perSecond makes it a count per whole second
+	// instead; unset, -grid.burst and -grid.window say.
+	burst     float64
+	perSecond bool
+}
+
+// origin is the case's origin (newOrigin).
+func (c gridCase) origin() *bucketOrigin {
+	burst := c.burst
+	if burst == 0 {
+		burst = *gridBurst
+	}
+	return newOrigin(c.limit, burst, c.perSecond || *gridWindow)
 }
 
 type gridSecond struct {
@@ -212,7 +226,7 @@ func runGrid(t *testing.T, c gridCase) gridResult {
 	var res gridResult
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		o := newOrigin(c.limit, *gridBurst)
+		o := c.origin()
 		var mu sync.Mutex // guards res
 		sick := c.random429 > 0
 		pacers := make([]*pacing.Pacer, c.processors)
@@ -423,11 +437,6 @@ func TestGrid(t *testing.T) {
 	if raceOn {
 		t.Skip("the grid takes ten minutes with the race detector; make test runs it without")
 	}
-	type cell struct {
-		name string
-		c    gridCase
-	}
-	var cells []cell
 	const ms = time.Millisecond
 	limits, lats, processors := []float64{20, 100, 500, 3000}, []time.Duration{5 * ms, 50 * ms, 250 * ms}, []int{1, 3}
 	if *gridOff {
@@ -439,6 +448,20 @@ func TestGrid(t *testing.T) {
 	limits = axis(t, "grid.limits", *gridLimits, limits, func(f string) (float64, error) { return strconv.ParseFloat(f, 64) })
 	lats = axis(t, "grid.latencies", *gridLatencies, lats, time.ParseDuration)
 	processors = axis(t, "grid.processors", *gridProcessors, processors, strconv.Atoi)
+	judgeGrid(t, gridCells(limits, lats, processors, gridCase{}), 0.9, *gridReport)
+}
+
+// gridCell is a named cell of a grid.
+type gridCell struct {
+	name string
+	c    gridCase
+}
+
+// gridCells are the cells of every limit, latency and processor count,
+// and those whose limit of 500/s at 50 ms halves or doubles at 30 s; the
+// origin shaped as shape's.
+func gridCells(limits []float64, lats []time.Duration, processors []int, shape gridCase) []gridCell {
+	var cells []gridCell
 	for _, limit := range limits {
 		for _, lat := range lats {
 			for _, procs := range processors {
@@ -446,17 +469,26 @@ func TestGrid(t *testing.T) {
 				// twice what its part of the limit keeps in flight: 1,024
 				// at 500 ms caps one processor at 2,000 sends/s.
 				window := max(1024, int(2*limit*lat.Seconds())/procs)
-				cells = append(cells, cell{fmt.Sprintf("limit=%v/latency=%v/processors=%d", limit, lat, procs),
-					gridCase{limit: limit, latency: lat, processors: procs, window: window, seconds: 40}})
+				cells = append(cells, gridCell{fmt.Sprintf("limit=%v/latency=%v/processors=%d", limit, lat, procs),
+					gridCase{limit: limit, latency: lat, processors: procs, window: window, seconds: 40, burst: shape.burst, perSecond: shape.perSecond}})
 			}
 		}
 	}
 	for _, by := range []float64{0.5, 2} {
 		for _, procs := range processors {
-			cells = append(cells, cell{fmt.Sprintf("limit=500×%v/latency=50ms/processors=%d", by, procs),
-				gridCase{limit: 500, latency: 50 * time.Millisecond, processors: procs, window: 1024, seconds: 60, changeAt: 30, changeBy: by}})
+			cells = append(cells, gridCell{fmt.Sprintf("limit=500×%v/latency=50ms/processors=%d", by, procs),
+				gridCase{limit: 500, latency: 50 * time.Millisecond, processors: procs, window: 1024, seconds: 60, changeAt: 30, changeBy: by, burst: shape.burst, perSecond: shape.perSecond}})
 		}
 	}
+	return cells
+}
+
+// judgeGrid runs each cell gridDraws times and judges its median draw:
+// after 10 s (and 10 s after a change of the limit) under 5% 429s, at
+// least minGoodput of the limit delivered, no second over 1.7× it, and the
+// breaker never opened. With report set it writes the table and chart
+// there (writeGridReport).
+func judgeGrid(t *testing.T, cells []gridCell, minGoodput float64, report string) {
 	verbose := os.Getenv("PACING_TIMELINE") != ""
 	var table strings.Builder
 	table.WriteString("| limit (req/s) | latency | processors | seconds | 429 share, median (worst) | goodput of the limit, median (worst) | busiest second, median (worst) |\n|---|---|---|---|---|---|---|\n")
@@ -490,8 +522,8 @@ func TestGrid(t *testing.T) {
 				if share >= 0.05 {
 					t.Errorf("429 share %.2f%%, want under 5%%", 100*share)
 				}
-				if goodput < 0.9*limit {
-					t.Errorf("goodput %.0f/s, want at least 90%% of %.0f", goodput, limit)
+				if goodput < minGoodput*limit {
+					t.Errorf("goodput %.0f/s, want at least %.0f%% of %.0f", goodput, 100*minGoodput, limit)
 				}
 				// ~1.5×: a probe stops at 1.3× the ceiling, and tier 1 may
 				// draw a quarter of a second ahead of the rate.
@@ -519,11 +551,37 @@ func TestGrid(t *testing.T) {
 			check(cl.c.changeAt+10, cl.c.seconds, cl.c.limit*cl.c.changeBy)
 		})
 	}
-	if *gridReport != "" {
-		if err := writeGridReport(*gridReport, table.String(), charts); err != nil {
+	if report != "" {
+		if err := writeGridReport(report, table.String(), charts); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestGridStrictOrigin: the grid against origins that allow little burst,
+// a token bucket of a twentieth of a second of the limit, judged as
+// TestGrid is but for goodput: at least 80% of the limit. Every cell of the
+// grid before it limits the origin with a bucket of a second,
+// internal/pushsim's shape, and tier 1's bursts ahead of the rate met
+// such an origin's refusals, read as the rate's: a lone processor
+// delivered 16-41% of limits of 500 and 3,000, three 19-27%. Most cells
+// now deliver 90% and more (docs/benchmarks.md); the bar leaves room for
+// their spread. Left out: a limit of 20/s (a bucket of one send, which
+// no sender of independent slots meets) and three processors sharing
+// 100/s (a bucket of five: their sends collide in it, 77-88%).
+func TestGridStrictOrigin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the grid takes a minute")
+	}
+	if raceOn {
+		t.Skip("the grid takes ten minutes with the race detector; make test runs it without")
+	}
+	const ms = time.Millisecond
+	lats := []time.Duration{5 * ms, 50 * ms, 250 * ms}
+	shape := gridCase{burst: 0.05}
+	cells := gridCells([]float64{100, 500, 3000}, lats, []int{1}, shape)
+	cells = append(cells, gridCells([]float64{500, 3000}, lats, []int{3}, shape)...)
+	judgeGrid(t, cells, 0.8, "")
 }
 
 // writeGridReport writes the table (grid.md) and, for the runs whose limit
