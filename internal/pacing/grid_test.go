@@ -423,6 +423,18 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
+// skipGrid skips a grid in -short runs and under the race detector, which
+// slows it tenfold; make test runs the grids apart (test-pacing-grid).
+func skipGrid(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("the grid takes a minute")
+	}
+	if raceOn {
+		t.Skip("the grid takes ten minutes with the race detector; make test runs it without")
+	}
+}
+
 // TestGrid: limits 20 to 3,000 sends/s, latencies 5 to 250 ms (500 ms with
 // -grid.wide), 1 and 3 processors: after 10 s, under 5% 429s and at least
 // 90% of the limit delivered, no second far over the limit (~1.5×), and
@@ -431,12 +443,7 @@ func later(a, b time.Time) time.Time {
 // cell is judged on the median of gridDraws runs: a single run now and then
 // misses (docs/benchmarks.md gives the worst draw of every cell).
 func TestGrid(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the grid takes a minute")
-	}
-	if raceOn {
-		t.Skip("the grid takes ten minutes with the race detector; make test runs it without")
-	}
+	skipGrid(t)
 	const ms = time.Millisecond
 	limits, lats, processors := []float64{20, 100, 500, 3000}, []time.Duration{5 * ms, 50 * ms, 250 * ms}, []int{1, 3}
 	if *gridOff {
@@ -570,12 +577,7 @@ func judgeGrid(t *testing.T, cells []gridCell, minGoodput float64, report string
 // no sender of independent slots meets) and three processors sharing
 // 100/s (a bucket of five: their sends collide in it, 77-88%).
 func TestGridStrictOrigin(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the grid takes a minute")
-	}
-	if raceOn {
-		t.Skip("the grid takes ten minutes with the race detector; make test runs it without")
-	}
+	skipGrid(t)
 	const ms = time.Millisecond
 	lats := []time.Duration{5 * ms, 50 * ms, 250 * ms}
 	shape := gridCase{burst: 0.05}
