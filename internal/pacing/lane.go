@@ -1266,7 +1266,7 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 		held = held || l.cutsInRow >= maxCutsInRow && acc > 0 && acc < l.rate && l.rate <= max(l.ceiling, l.cfg.StartRate) &&
 			l.rate < float64(strongSamples*l.cfg.MinSamples)
 	}
-	if (storm || cut) && l.burstsRefusedLocked(threshold, now) {
+	if (storm || cut) && l.burstsRefusedLocked(threshold) {
 		// The 429s are tier 1's bursts', not the rate's: no cut, no
 		// pause, and slow start goes on. Tier 1 goes ahead of the rate
 		// by what the origin took of them at most, and the judgement
@@ -1351,7 +1351,7 @@ const burstMin = 5
 // bucket first: on a limit of a second of burst, judged again and again
 // after slow start, the rule took a probe's 429s past 3,000/s for the
 // bursts' for eight seconds, uncut, at 16% 429s.
-func (l *lane) burstsRefusedLocked(threshold float64, now time.Time) bool {
+func (l *lane) burstsRefusedLocked(threshold float64) bool {
 	a, r := l.ahead, l.paced
 	if !l.slowStart || a.throttled < burstMin || !aboveZ(a.throttled, a.n, threshold, l.z) {
 		return false
