@@ -110,6 +110,8 @@ type lane struct {
 	refilledAt   int64
 	refilled     int
 	refillCut    int
+	// All the answers accepted before that 429 (refilledRateLocked).
+	refillTook int
 	// What the origin is believed to have spared: see spareLocked.
 	spare     float64
 	spareAt   time.Time
@@ -237,7 +239,7 @@ func (l *lane) pauseLocked(now, until time.Time) {
 		return
 	}
 	if !now.Before(l.paused) {
-		l.pausedAt = now
+		l.pausedAt, l.refillTook = now, 0
 		// The sends on their way spend the first of what the pause
 		// lets the origin save.
 		l.spareLocked(now)
@@ -965,6 +967,7 @@ func (l *lane) recordLocked(granted, now time.Time, throttled, failed, safe bool
 				l.refilledAt, l.refilled = at, 0
 			}
 			l.refilled++
+			l.refillTook++
 		}
 		lat := now.Sub(granted).Seconds()
 		if l.latency == 0 {
@@ -1043,7 +1046,60 @@ func (l *lane) freshLocked(now time.Time, want int) fresh {
 }
 
 // acceptedLocked estimates what the origin accepts per second; for this
-// processor, its part of it. Where the oldest and the newest refusal of
+// processor, its part of it: what measuredLocked reads of the last
+// seconds, and no less than refilledRateLocked proves. Where nothing was
+// read, a cut halves the rate; a proof of less than that half is left
+// out, as a cut to it would go further on less.
+func (l *lane) acceptedLocked(now time.Time) float64 {
+	m, least := l.measuredLocked(now), l.refilledRateLocked(now)
+	if m <= 0 && least*l.cfg.CutFactor < l.rate/2 {
+		return m
+	}
+	return max(m, least)
+}
+
+// refilledRateLocked is the least rate a lane alone on its origin has seen
+// it take over its last pause: the pause began on refusals, so the origin
+// had nothing left to give then, and what it accepted of the sends after
+// the pause, up to their first refusal, it refilled in between. A token
+// bucket's rate is at least that. An origin counting whole seconds takes
+// a second's worth at the start of the next and refuses everything after
+// it until the one after: read from that refusal on, as measuredLocked
+// reads a lane's first answers after a pause, it took nothing (a limit of
+// 3,000/s read as 51/s, and the climb back took 37 s). Where it has
+// refused all since (closedLocked), it took what it took at once, a
+// second's worth: read over the pause as well, a second it was paused
+// for halved the reading. Zero where none of this applies, or the refusal
+// is older than the ticks read.
+func (l *lane) refilledRateLocked(now time.Time) float64 {
+	if l.paused.IsZero() || l.paused.After(now) || !l.refusedAfter.After(l.paused) ||
+		now.Sub(l.refusedAfter) > ticks*tickSpan || l.sharingLocked(now) != 1 {
+		return 0
+	}
+	span := l.refusedAfter.Sub(l.pausedAt)
+	if l.closedLocked(now) {
+		span = max(time.Second, l.refusedAfter.Sub(l.paused))
+	}
+	return float64(l.refillTook) / span.Seconds()
+}
+
+// closedLocked tells whether the origin refused all but a twentieth of
+// the answers since the first 429 after the last pause, MinSamples at
+// least: it gives no more until a window opens again. A token bucket
+// accepts its rate's share of whatever is sent, so only a rate twenty
+// times its limit reads so.
+func (l *lane) closedLocked(now time.Time) bool {
+	from, at := l.refusedAfter.UnixNano()/int64(tickSpan), now.UnixNano()/int64(tickSpan)
+	accepted, refused := -l.refillCut, 0
+	for i := from; i <= at; i++ {
+		if t := l.tickAt(i); t != nil {
+			accepted, refused = accepted+t.accepted, refused+t.throttled
+		}
+	}
+	return refused >= l.cfg.MinSamples && 20*accepted <= refused
+}
+
+// measuredLocked is what the origin took over the last seconds. Where the oldest and the newest refusal of
 // the last three seconds are refusalSpan apart or more, with
 // refusalAnswers accepted between them, it is what the origin took between
 // the two: its allowance was spent at both, so it took what it refilled
@@ -1059,7 +1115,7 @@ func (l *lane) freshLocked(now time.Time, want int) fresh {
 // ten answers, so that a low rate is not rounded to whole answers a tenth.
 // With fewer than two such windows, what it accepted over the last second,
 // counted from the first tenth with answers.
-func (l *lane) acceptedLocked(now time.Time) float64 {
+func (l *lane) measuredLocked(now time.Time) float64 {
 	at := now.UnixNano() / int64(tickSpan)
 	var accepted, throttled [ticks]int
 	all := 0
@@ -1158,19 +1214,46 @@ func (l *lane) acceptedLocked(now time.Time) float64 {
 			taken = append(taken, float64(a)/(span*tickSpan.Seconds()))
 		}
 	}
-	if len(taken) >= 2 {
-		slices.Sort(taken)
-		m := len(taken) / 2
-		if len(taken)%2 == 1 {
-			return taken[m]
-		}
-		return (taken[m-1] + taken[m]) / 2
+	over := 0.0 // what it accepted over the last second
+	if span > 0 {
+		elapsed := (float64(span-1) + part) * tickSpan.Seconds()
+		over = float64(n) / max(elapsed, tickSpan.Seconds()/2)
 	}
-	if span == 0 {
-		return 0
+	if len(taken) < 2 {
+		return over
 	}
-	elapsed := (float64(span-1) + part) * tickSpan.Seconds()
-	return float64(n) / max(elapsed, tickSpan.Seconds()/2)
+	slices.Sort(taken)
+	m := taken[len(taken)/2]
+	if len(taken)%2 == 0 {
+		m = (taken[len(taken)/2-1] + m) / 2
+	}
+	if newest >= 0 && over >= float64(strongSamples*l.cfg.MinSamples) && closedRun(accepted[newest:last], throttled[newest:last], l.cfg.MinSamples) {
+		// An origin counting whole seconds gave a second's worth at once
+		// and now refuses everything: the windows of its refusals hold
+		// nothing it took, and their median read 230/s of a limit of
+		// 500. It took a second's worth over the last second. Only a
+		// token bucket's rate under a twentieth of what is sent reads
+		// so, and the rate is well enough sampled (strongSamples) for a
+		// tenth with none accepted to be no rounding.
+		return max(m, over)
+	}
+	return m
+}
+
+// closedRun tells whether the run of tenths with refusals that starts at
+// the first of these (the newest) accepted all but a twentieth of what it
+// refused, MinSamples refusals at least, leaving out its oldest tenth: the
+// one in which the window closed.
+func closedRun(accepted, throttled []int, minSamples int) bool {
+	end := 0
+	for end < len(throttled) && throttled[end] > 0 {
+		end++
+	}
+	a, r := 0, 0
+	for i := range end - 1 {
+		a, r = a+accepted[i], r+throttled[i]
+	}
+	return r >= minSamples && 20*a <= r
 }
 
 // adaptLocked applies the pacing rules after an answer.

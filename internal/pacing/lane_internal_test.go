@@ -102,6 +102,41 @@ func TestAcceptedAfterThePauseLeavesOutTheRefill(t *testing.T) {
 	}
 }
 
+// TestAcceptedOfAWindowThatClosed: an origin that counts whole seconds
+// takes a second's worth at once and refuses everything after it until
+// the next second. Judged from the first refusal after a pause, as a
+// token bucket is, it took nothing, and the cut took a lone processor
+// from 3,000/s to 46/s; it took what it gave before that refusal.
+func TestAcceptedOfAWindowThatClosed(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	_, l := testLane(t, start)
+	answer(l, start, 2*tickSpan, 100, 100) // the window closed: a storm
+	l.pausedAt, l.paused = start.Add(2*tickSpan), start.Add(12*tickSpan)
+	// After the pause, 500 sends a second to a window of 300: all taken
+	// for 0.6 s, then all refused.
+	answer(l, l.paused, 600*time.Millisecond, 300, 0)
+	from := l.paused.Add(600 * time.Millisecond)
+	for i := range 100 {
+		a := from.Add(time.Duration(i) * 2 * time.Millisecond)
+		l.recordLocked(a, a, true, false, false)
+	}
+	now := from.Add(200 * time.Millisecond)
+	if got := l.acceptedLocked(now); got < 270 || got > 330 {
+		t.Errorf("accepted %.1f/s after a pause: 300 taken at once, then 100 refused with none taken, want about 300", got)
+	}
+	// Had it taken a token bucket's share since, its rate is read as
+	// before: what it took from that refusal on, no less than it refilled
+	// from the pause's start.
+	for i := range 40 {
+		a := now.Add(time.Duration(i) * 5 * time.Millisecond)
+		l.recordLocked(a, a, i%2 == 0, false, false)
+	}
+	now = now.Add(200 * time.Millisecond)
+	if got, floor := l.acceptedLocked(now), 300/l.refusedAfter.Sub(l.pausedAt).Seconds(); got < floor {
+		t.Errorf("accepted %.1f/s, want at least the %.1f/s refilled since the pause began", got, floor)
+	}
+}
+
 // TestProbeBoundedByOwnCeiling: a lane sharing its origin probes up to
 // probeCap of what the origin was seen to take from it (its ceiling), not
 // of what its peers say they send: their rates rise with its own, and a
