@@ -112,6 +112,12 @@ type lane struct {
 	refillCut    int
 	// All the answers accepted before that 429 (refilledRateLocked).
 	refillTook int
+	// When a cut read an origin that gave a second's worth and then
+	// refused everything (closedRun, closedLocked): the storm on the
+	// sends that met the rest of that second is held once (tailLocked).
+	closedCut time.Time
+	// 429s since the last accepted answer.
+	refusedInRow int
 	// What the origin is believed to have spared: see spareLocked.
 	spare     float64
 	spareAt   time.Time
@@ -953,6 +959,7 @@ func (l *lane) recordLocked(granted, now time.Time, throttled, failed, safe bool
 	if throttled {
 		b.throttled++
 		t.throttled++
+		l.refusedInRow++
 		if l.refillingLocked(granted) {
 			l.refusedAfter, l.refillCut = now, 0
 			if l.refilledAt == now.UnixNano()/int64(tickSpan) {
@@ -962,6 +969,7 @@ func (l *lane) recordLocked(granted, now time.Time, throttled, failed, safe bool
 	} else {
 		b.accepted++
 		t.accepted++
+		l.refusedInRow = 0
 		if l.refillingLocked(granted) {
 			if at := now.UnixNano() / int64(tickSpan); at != l.refilledAt {
 				l.refilledAt, l.refilled = at, 0
@@ -1051,11 +1059,22 @@ func (l *lane) freshLocked(now time.Time, want int) fresh {
 // read, a cut halves the rate; a proof of less than that half is left
 // out, as a cut to it would go further on less.
 func (l *lane) acceptedLocked(now time.Time) float64 {
-	m, least := l.measuredLocked(now), l.refilledRateLocked(now)
+	acc, _ := l.readingLocked(now)
+	return acc
+}
+
+// readingLocked is acceptedLocked, and whether the origin read as one
+// that refuses everything until a window opens again.
+func (l *lane) readingLocked(now time.Time) (acc float64, closed bool) {
+	m, closed := l.measuredLocked(now)
+	least := l.refilledRateLocked(now)
 	if m <= 0 && least*l.cfg.CutFactor < l.rate/2 {
-		return m
+		return m, closed
 	}
-	return max(m, least)
+	if least > m {
+		return least, l.closedLocked(now)
+	}
+	return m, closed
 }
 
 // refilledRateLocked is the least rate a lane alone on its origin has seen
@@ -1115,7 +1134,7 @@ func (l *lane) closedLocked(now time.Time) bool {
 // ten answers, so that a low rate is not rounded to whole answers a tenth.
 // With fewer than two such windows, what it accepted over the last second,
 // counted from the first tenth with answers.
-func (l *lane) measuredLocked(now time.Time) float64 {
+func (l *lane) measuredLocked(now time.Time) (acc float64, closed bool) {
 	at := now.UnixNano() / int64(tickSpan)
 	var accepted, throttled [ticks]int
 	all := 0
@@ -1180,6 +1199,7 @@ func (l *lane) measuredLocked(now time.Time) float64 {
 			oldest = int(i)
 		}
 	}
+	closed = newest >= 0 && closedRun(accepted[newest:last], throttled[newest:last], l.cfg.MinSamples)
 	// Between two refusals, half a second apart or more, the origin took
 	// what it refilled: its allowance was spent at both. The widest pair,
 	// so that a low rate is not rounded to a few answers.
@@ -1189,7 +1209,7 @@ func (l *lane) measuredLocked(now time.Time) float64 {
 			a += float64(accepted[j])
 		}
 		if a >= refusalAnswers {
-			return a / (float64(oldest-newest) * tickSpan.Seconds())
+			return a / (float64(oldest-newest) * tickSpan.Seconds()), closed
 		}
 	}
 	k := 1
@@ -1220,14 +1240,14 @@ func (l *lane) measuredLocked(now time.Time) float64 {
 		over = float64(n) / max(elapsed, tickSpan.Seconds()/2)
 	}
 	if len(taken) < 2 {
-		return over
+		return over, closed
 	}
 	slices.Sort(taken)
 	m := taken[len(taken)/2]
 	if len(taken)%2 == 0 {
 		m = (taken[len(taken)/2-1] + m) / 2
 	}
-	if newest >= 0 && over >= float64(strongSamples*l.cfg.MinSamples) && closedRun(accepted[newest:last], throttled[newest:last], l.cfg.MinSamples) {
+	if closed && over >= float64(strongSamples*l.cfg.MinSamples) {
 		// An origin counting whole seconds gave a second's worth at once
 		// and now refuses everything: the windows of its refusals hold
 		// nothing it took, and their median read 230/s of a limit of
@@ -1235,9 +1255,9 @@ func (l *lane) measuredLocked(now time.Time) float64 {
 		// token bucket's rate under a twentieth of what is sent reads
 		// so, and the rate is well enough sampled (strongSamples) for a
 		// tenth with none accepted to be no rounding.
-		return max(m, over)
+		return max(m, over), closed
 	}
-	return m
+	return m, closed
 }
 
 // closedRun tells whether the run of tenths with refusals that starts at
@@ -1312,10 +1332,10 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 		// run in four, for all of them.
 		cut = false
 	}
-	var stormy, held bool
+	var stormy, held, closed bool
 	var acc float64 // what the origin accepted: worked out only for a change
 	if storm || cut {
-		acc = l.acceptedLocked(now)
+		acc, closed = l.readingLocked(now)
 		stormy = l.stormyLocked(now)
 		// The last cut, itself a storm's, changed nothing: the rate has
 		// not grown past what the origin was seen to take (the ceiling),
@@ -1361,6 +1381,18 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 		l.event(p, Event{At: now, Kind: "bursts", Rate: share, Accepted: l.allowance})
 		return
 	}
+	if storm && l.tailLocked(now) {
+		// The sends made right after a cut on a window that closed met
+		// the rest of it: no evidence against the new rate. Paused and
+		// cut again on them, a lone processor left the next second
+		// unused and sent 79% of the limit for seconds after, one cycle
+		// in eight seconds (81% of 3,000/s at 5 ms). Held once; a storm
+		// after that is judged as any.
+		l.closedCut = time.Time{}
+		l.restartLocked(now)
+		l.event(p, Event{At: now, Kind: "hold", Rate: share})
+		return
+	}
 	switch {
 	case float64(f.throttled) > l.cfg.HaltRate*float64(f.n) && l.haltingLocked(now):
 		// Cut after cut, the rolling 429 share stays past HaltRate: the
@@ -1402,6 +1434,12 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 		l.countCutLocked(now)
 		took := l.cutLocked(now, acc, false)
 		l.cutShare = share
+		if closed || l.refusedInRow >= l.cfg.MinSamples {
+			// Read so, or refused MinSamples in a row, which a token
+			// bucket does only at ten times its rate: the window
+			// closed within the last tenth.
+			l.closedCut = now
+		}
 		l.event(p, Event{At: now, Kind: "cut", Rate: share, Accepted: acc})
 		if !took {
 			// A cut on an origin that took all but a background's share
@@ -1411,6 +1449,12 @@ func (l *lane) adaptLocked(p *Pacer, now time.Time) {
 			l.signalCutLocked(p, now, f)
 		}
 	}
+}
+
+// tailLocked tells whether a cut that read a window closing
+// (readingLocked) was made within a round trip and a tenth.
+func (l *lane) tailLocked(now time.Time) bool {
+	return !l.closedCut.IsZero() && now.Sub(l.closedCut) <= time.Duration(l.roundTrip()*float64(time.Second))+tickSpan
 }
 
 // burstMin is the least number of 429s to sends ahead of the rate that

@@ -630,3 +630,51 @@ func TestRefusedBurstsTeachTheAllowance(t *testing.T) {
 		}
 	})
 }
+
+// TestStormOnAClosedWindowsTailHeldOnce: an origin that counts whole
+// seconds refuses everything once a second's worth is taken, so the sends
+// made right after the cut that read it meet the rest of that second. Their
+// storm is no evidence against the new rate: paused on it, a lone
+// processor left the next second unused and cut again, one cycle in eight
+// seconds at 81% of 3,000/s. It is held once; the next storm pauses.
+func TestStormOnAClosedWindowsTailHeldOnce(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	p, l := testLane(t, start)
+	l.slowStart, l.rate, l.ceiling, l.latency = false, 500, 500, 0.005
+	l.settled, l.judgeFrom = start, start
+	// A second at 500 sends a second, all taken.
+	now := start
+	for range 500 {
+		now = now.Add(2 * time.Millisecond)
+		l.recordLocked(now.Add(-5*time.Millisecond), now, false, false, false)
+		l.adaptLocked(p, now)
+	}
+	// The window closes: every answer a 429, until the lane cuts.
+	for i, before := 0, l.rate; l.rate >= before; i++ {
+		if i == 200 {
+			t.Fatalf("200 refusals in a row after 500 taken: no cut (rate %.0f)", l.rate)
+		}
+		now = now.Add(2 * time.Millisecond)
+		l.recordLocked(now.Add(-5*time.Millisecond), now, true, false, false)
+		l.adaptLocked(p, now)
+	}
+	if !l.paused.IsZero() || l.closedCut.IsZero() {
+		t.Fatalf("after the refusals: paused until %v, closed cut at %v; want a cut that read the window closing, no pause", l.paused, l.closedCut)
+	}
+	refuse := func(n int) {
+		for range n {
+			now = now.Add(time.Millisecond)
+			l.recordLocked(now.Add(-time.Millisecond/2), now, true, false, false)
+			l.adaptLocked(p, now)
+		}
+	}
+	rate := l.rate
+	refuse(10) // the sends right after the cut: a storm, held
+	if !l.paused.IsZero() || l.rate != rate {
+		t.Fatalf("the storm on the window's tail: paused until %v, rate %.0f; want neither a pause nor a cut from %.0f", l.paused, l.rate, rate)
+	}
+	refuse(10) // and a storm after that is judged as any
+	if l.paused.IsZero() {
+		t.Fatalf("a second storm after the cut: no pause; want one")
+	}
+}
