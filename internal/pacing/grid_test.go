@@ -587,14 +587,12 @@ func TestGridStrictOrigin(t *testing.T) {
 	cells = append(cells, gridCells([]float64{500, 3000}, lats, []int{3}, shape)...)
 	judgeGrid(t, cells, 0.8, "")
 	// A count per whole second: a second's worth at the start of each,
-	// then nothing until the next. Steady limits, 75% of them (a limit
-	// that doubles is not met yet: docs/benchmarks.md).
+	// then nothing until the next; 75% of the limit (three processors on
+	// 3,000/s at 5 ms deliver 79%, the rest 86-98%: docs/benchmarks.md).
 	var window []gridCell
 	for _, cl := range gridCells([]float64{100, 500, 3000}, lats, []int{1, 3}, gridCase{perSecond: true}) {
-		if cl.c.changeAt == 0 {
-			cl.name = "per-second/" + cl.name
-			window = append(window, cl)
-		}
+		cl.name = "per-second/" + cl.name
+		window = append(window, cl)
 	}
 	judgeGrid(t, window, 0.75, "")
 }
