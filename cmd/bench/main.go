@@ -125,6 +125,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DX.Latency, "dx-latency", c.DX.Latency, "scenario dx: time per push (±20% jitter)")
 	fs.IntVar(&c.DX.Processors, "dx-processors", c.DX.Processors, "scenario dx: processors in the group, sharing the origin's limit")
 	fs.IntVar(&c.DX.Burst, "dx-burst", c.DX.Burst, "scenario dx: the origin's token bucket, in requests (0: a second of the limit)")
+	fs.BoolVar(&c.DX.PerSecond, "dx-per-second", c.DX.PerSecond, "scenario dx: count the origin's limit per whole second (a fixed window) instead of by a token bucket")
 	fs.IntVar(&c.RSSEvents, "rss-events", c.RSSEvents, "events of scenario e (default: --events)")
 	fs.DurationVar(&c.RSSHold, "rss-hold", c.RSSHold, "how long scenario e samples RSS once every event waits in a retry step")
 	fs.IntVar(&c.VerifyEvery, "verify-every", c.VerifyEvery, "the simulator decrypts and verifies 1 request in N")

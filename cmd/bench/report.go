@@ -112,6 +112,7 @@ type SimSettings struct {
 	LatencyJitterMS float64 `json:"latency_jitter_ms"`
 	RateLimit       float64 `json:"rate_limit,omitempty"`
 	Burst           int     `json:"burst,omitempty"`
+	PerSecond       bool    `json:"per_second,omitempty"`
 	Fail503         float64 `json:"fail_503,omitempty"`
 	VerifyEvery     int     `json:"verify_every"`
 }
@@ -119,7 +120,7 @@ type SimSettings struct {
 func simSettings(c pushsim.Config) SimSettings {
 	return SimSettings{
 		LatencyMS: ms(c.Latency), LatencyJitterMS: ms(c.LatencyJitter),
-		RateLimit: c.RateLimit, Burst: c.Burst, Fail503: c.Fail503, VerifyEvery: c.VerifyEvery,
+		RateLimit: c.RateLimit, Burst: c.Burst, PerSecond: c.PerSecond, Fail503: c.Fail503, VerifyEvery: c.VerifyEvery,
 	}
 }
 

@@ -83,13 +83,16 @@ func scenarioNamed(name string, cfg config) scenario {
 		// limit for 30 s, judged like d from 10 s.
 		o := cfg.DX
 		burst := "a second of burst"
-		if o.Burst > 0 {
+		switch {
+		case o.PerSecond:
+			burst = "counted per whole second"
+		case o.Burst > 0:
 			burst = fmt.Sprintf("a burst of %d", o.Burst)
 		}
 		return scenario{Name: "dx", Title: fmt.Sprintf("%d processor(s), one rate-limited origin (%g req/s, %s, %s), %g events/s offered", o.Processors, o.Limit, burst, o.Latency, 4*o.Limit),
 			Events: int(4 * o.Limit * 30), Offered: 4 * o.Limit, Processors: o.Processors,
 			Sim: func(c *pushsim.Config) {
-				c.RateLimit, c.Burst, c.RetryAfter = o.Limit, o.Burst, 1
+				c.RateLimit, c.Burst, c.PerSecond, c.RetryAfter = o.Limit, o.Burst, o.PerSecond, 1
 				c.Latency, c.LatencyJitter = o.Latency, o.Latency/5
 			}}
 	case "f0", "f3":
@@ -136,6 +139,8 @@ type originShape struct {
 	Processors int
 	// Burst is the limit's token bucket, in sends; 0 holds a second of it.
 	Burst int
+	// PerSecond counts the limit per whole second instead (a fixed window).
+	PerSecond bool
 }
 
 // ledgerMix is the failure mix of the ledger test (pushsim.LedgerMix): the

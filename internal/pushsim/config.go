@@ -22,6 +22,9 @@ type Config struct {
 	RateLimit float64
 	// Burst is the token bucket size. 0 means ceil(RateLimit), at least 1. Default 0.
 	Burst int
+	// PerSecond counts each origin's requests per whole second of the clock instead: at most
+	// RateLimit in each, none carried over (a fixed window; Burst is unused). Default false.
+	PerSecond bool
 	// RetryAfter is the Retry-After value, in seconds, sent with simulated 429s (rate limit and
 	// Fail429). 0 omits the header. Default 1.
 	RetryAfter int
@@ -68,6 +71,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.TLS, "tls", c.TLS, "serve HTTPS (HTTP/2) with a self-signed certificate for 127.0.0.1, ::1 and localhost")
 	fs.Float64Var(&c.RateLimit, "rate-limit", c.RateLimit, "requests per second allowed per origin (0 = no limit)")
 	fs.IntVar(&c.Burst, "burst", c.Burst, "rate limit burst (0 = ceil(rate-limit))")
+	fs.BoolVar(&c.PerSecond, "per-second", c.PerSecond, "count --rate-limit per whole second (a fixed window) instead of by a token bucket")
 	fs.IntVar(&c.RetryAfter, "retry-after", c.RetryAfter, "Retry-After seconds sent with simulated 429s (0 = none)")
 	fs.DurationVar(&c.Latency, "latency", c.Latency, "base latency added to every answer")
 	fs.DurationVar(&c.LatencyJitter, "latency-jitter", c.LatencyJitter, "random extra latency, uniform in [0, jitter]")

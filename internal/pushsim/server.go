@@ -105,7 +105,7 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		logger:  logger,
-		limiter: newLimiter(cfg.RateLimit, cfg.Burst),
+		limiter: newLimiter(cfg.RateLimit, cfg.Burst, cfg.PerSecond),
 		subs:    make(map[string]*subscription),
 		closing: make(chan struct{}),
 	}
