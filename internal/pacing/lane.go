@@ -1118,8 +1118,10 @@ func (l *lane) closedLocked(now time.Time) bool {
 	return refused >= l.cfg.MinSamples && 20*accepted <= refused
 }
 
-// measuredLocked is what the origin took over the last seconds. Where the oldest and the newest refusal of
-// the last three seconds are refusalSpan apart or more, with
+// measuredLocked is what the origin took over the last seconds, and
+// whether its newest run of refused tenths took nothing (closedRun). Where
+// the oldest and the newest refusal of the last three seconds are
+// refusalSpan apart or more, with
 // refusalAnswers accepted between them, it is what the origin took between
 // the two: its allowance was spent at both, so it took what it refilled
 // (less, if it was left idle long enough to fill up). On the real clock
