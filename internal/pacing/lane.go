@@ -1115,7 +1115,14 @@ func (l *lane) closedLocked(now time.Time) bool {
 			accepted, refused = accepted+t.accepted, refused+t.throttled
 		}
 	}
-	return refused >= l.cfg.MinSamples && 20*accepted <= refused
+	return refusedAll(accepted, refused, l.cfg.MinSamples)
+}
+
+// refusedAll tells whether refused, minSamples at least, came with no more
+// accepted than a twentieth of them: what a window that closed answers,
+// and a token bucket only at twenty times its rate.
+func refusedAll(accepted, refused, minSamples int) bool {
+	return refused >= minSamples && 20*accepted <= refused
 }
 
 // measuredLocked is what the origin took over the last seconds, and
@@ -1275,7 +1282,7 @@ func closedRun(accepted, throttled []int, minSamples int) bool {
 	for i := range end - 1 {
 		a, r = a+accepted[i], r+throttled[i]
 	}
-	return r >= minSamples && 20*a <= r
+	return refusedAll(a, r, minSamples)
 }
 
 // adaptLocked applies the pacing rules after an answer.
