@@ -513,7 +513,7 @@ func (l *lane) growLocked(p *Pacer, now time.Time) {
 	l.refillLocked(now)
 	secs := min(dt.Seconds(), 1)
 	if l.slowStart {
-		l.rate = min(l.rate*math.Pow(2, secs/l.roundTrip()), maxRate)
+		l.rate = min(max(l.rate*math.Pow(2, secs/l.roundTrip()), l.tookCleanLocked(now)), maxRate)
 		return
 	}
 	if now.Sub(laterOf(l.lastCut, l.paused)) < l.holdAfterCut() {
@@ -676,6 +676,24 @@ const maxRate = 1e6
 
 // roundTrip is the time a send's answer takes to come back: twice the
 // mean latency, a tenth of a second at least.
+// tookCleanLocked is what the origin accepted over the last second, of
+// every tier, when it refused none of it; zero when it refused any.
+func (l *lane) tookCleanLocked(now time.Time) float64 {
+	at := now.UnixNano() / int64(tickSpan)
+	took := 0
+	for i := range int64(judgeSpan) {
+		t := l.tickAt(at - i)
+		if t == nil {
+			continue
+		}
+		if t.throttled > 0 {
+			return 0
+		}
+		took += t.accepted
+	}
+	return float64(took) / (judgeSpan * tickSpan).Seconds()
+}
+
 func (l *lane) roundTrip() float64 { return max(0.1, 2*l.latency) }
 
 // holdAfterCut is how long growth waits after a cut: until answers to the

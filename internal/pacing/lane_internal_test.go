@@ -678,3 +678,40 @@ func TestStormOnAClosedWindowsTailHeldOnce(t *testing.T) {
 		t.Fatalf("a second storm after the cut: no pause; want one")
 	}
 }
+
+// TestSlowStartGrowsToWhatTheOriginTook: in slow start tier 1 goes ahead
+// of the rate, and the lower tiers wait for it. Where the origin took a
+// tier-1 burst whole, the rate is no less than what it took over the last
+// second: 6,000 events, a fifth of them tier 1, saw 1,200 tier-1 sends
+// taken in 0.35 s while tiers 2 and 3 crawled at 20-100 sends a second
+// for the next 0.6 s, on a machine left idle. An origin that refused any
+// of that second proves nothing, and the rate doubles as before.
+func TestSlowStartGrowsToWhatTheOriginTook(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		refused int
+		least   float64 // the rate after, at least
+		most    float64 // and at most
+	}{
+		{"all of the burst taken", 0, 1200, math.Inf(1)},
+		{"one of it refused", 1, 20, 40},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Unix(1_800_000_000, 0)
+			p, l := testLane(t, start)
+			l.latency = 0.005
+			// The tier-1 burst: 1,200 answers over 0.35 s.
+			answer(l, start, 350*time.Millisecond, 1200, tt.refused)
+			if !l.slowStart {
+				t.Fatalf("slow start ended on the burst")
+			}
+			// A lower tier's send waited for a token, 50 ms on.
+			now := start.Add(400 * time.Millisecond)
+			l.lastGrow, l.starved = now.Add(-50*time.Millisecond), true
+			l.growLocked(p, now)
+			if l.rate < tt.least || l.rate > tt.most {
+				t.Errorf("rate %.0f after the burst, want %.0f to %.0f", l.rate, tt.least, tt.most)
+			}
+		})
+	}
+}
