@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -153,6 +155,37 @@ func (c *conns) host(name, port string) *hostConns {
 		c.hosts[addr] = h
 	}
 	return h
+}
+
+// connected returns once the push service of u has a connection, speaks
+// only HTTP/1.1, or has ended the dial it had in hand (failed or not), or
+// when ctx ends; at once for plain HTTP. Send asks it before encrypting: a
+// burst to a service not yet connected otherwise encrypts every send at
+// once while the one dial's handshake waits its turn behind them for the
+// CPU. At the start of 6,000 events, 768 sends in flight, the first
+// handshake took 113 ms in the processor and 5-8 ms alone.
+func (c *conns) connected(ctx context.Context, u *url.URL) {
+	if u.Scheme != "https" {
+		return
+	}
+	h := c.host(u.Hostname(), u.Port())
+	gen := h.gen.Load()
+	h.mu.Lock()
+	if h.h1 || slices.ContainsFunc(h.live, func(cc *http.ClientConn) bool { return cc.Err() == nil }) {
+		h.mu.Unlock()
+		return
+	}
+	if !h.dialing && len(h.live) < c.maxPerKey {
+		h.dialing = true
+		go h.dial(c)
+	}
+	h.mu.Unlock()
+	if ch := h.waitFor(gen); ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
 }
 
 // take returns a connection with a stream reserved for the request, or

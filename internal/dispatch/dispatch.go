@@ -262,6 +262,9 @@ func (w *WebPush) Signs(app string) bool {
 func (w *WebPush) Send(ctx context.Context, e *event.Event, ttl time.Duration) push.Result {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
 	defer cancel()
+	if c, ok := w.rt.(*conns); ok && e.EndpointURL != nil {
+		c.connected(ctx, e.EndpointURL)
+	}
 	b := newBody()
 	req, err := w.request(ctx, e, ttl, b)
 	if err != nil {
