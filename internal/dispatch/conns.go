@@ -175,7 +175,9 @@ func (c *conns) connected(ctx context.Context, u *url.URL) {
 		h.mu.Unlock()
 		return
 	}
-	if !h.dialing && len(h.live) < c.maxPerKey {
+	// None is usable (take drops the broken ones): dial, unless a dial
+	// is under way.
+	if !h.dialing {
 		h.dialing = true
 		go h.dial(c)
 	}
