@@ -494,7 +494,10 @@ func (l *lane) tokenLocked(ti int, now time.Time) bool {
 // growLocked applies the growth due since it was last applied: none unless
 // the rate is what holds sends back (a send waited for a token meanwhile),
 // nothing is paused and the last cut has been answered. In slow start the
-// rate doubles every round trip. After a cut it comes back quickly (half
+// rate doubles every round trip, and is no less than what the origin took
+// over the last second while it refused none (tookCleanLocked): tier 1
+// goes ahead of the rate there, and a burst of it taken whole is proof
+// for the tiers that wait. After a cut it comes back quickly (half
 // the gap every 0.35 s) to CutFactor of the ceiling, what the origin
 // accepted at the cut; from there it probes at ProbeRate a second, and
 // once the origin has taken more than the ceiling for three seconds, twice
@@ -674,8 +677,6 @@ func (l *lane) grantedLocked(now time.Time) float64 {
 // sender, and low enough that its arithmetic stays exact.
 const maxRate = 1e6
 
-// roundTrip is the time a send's answer takes to come back: twice the
-// mean latency, a tenth of a second at least.
 // tookCleanLocked is what the origin accepted over the last second, of
 // every tier, when it refused none of it; zero when it refused any.
 func (l *lane) tookCleanLocked(now time.Time) float64 {
@@ -694,6 +695,8 @@ func (l *lane) tookCleanLocked(now time.Time) float64 {
 	return float64(took) / (judgeSpan * tickSpan).Seconds()
 }
 
+// roundTrip is the time a send's answer takes to come back: twice the
+// mean latency, a tenth of a second at least.
 func (l *lane) roundTrip() float64 { return max(0.1, 2*l.latency) }
 
 // holdAfterCut is how long growth waits after a cut: until answers to the
