@@ -662,12 +662,9 @@ func (l *lane) provenLocked(now time.Time) float64 {
 
 // grantedLocked is the sends granted per second over the last second.
 func (l *lane) grantedLocked(now time.Time) float64 {
-	at := now.UnixNano() / int64(tickSpan)
 	n := 0
-	for i := range int64(judgeSpan) {
-		if t := l.tickAt(at - i); t != nil {
-			n += t.granted
-		}
+	for t := range l.lastSecond(now) {
+		n += t.granted
 	}
 	span := min(time.Second, max(now.Sub(l.created), tickSpan))
 	return float64(n) / span.Seconds()
@@ -680,19 +677,26 @@ const maxRate = 1e6
 // tookCleanLocked is what the origin accepted over the last second, of
 // every tier, when it refused none of it; zero when it refused any.
 func (l *lane) tookCleanLocked(now time.Time) float64 {
-	at := now.UnixNano() / int64(tickSpan)
 	took := 0
-	for i := range int64(judgeSpan) {
-		t := l.tickAt(at - i)
-		if t == nil {
-			continue
-		}
+	for t := range l.lastSecond(now) {
 		if t.throttled > 0 {
 			return 0
 		}
 		took += t.accepted
 	}
 	return float64(took) / (judgeSpan * tickSpan).Seconds()
+}
+
+// lastSecond yields the ticks kept of the last second, newest first.
+func (l *lane) lastSecond(now time.Time) iter.Seq[*tick] {
+	return func(yield func(*tick) bool) {
+		at := now.UnixNano() / int64(tickSpan)
+		for i := range int64(judgeSpan) {
+			if t := l.tickAt(at - i); t != nil && !yield(t) {
+				return
+			}
+		}
+	}
 }
 
 // roundTrip is the time a send's answer takes to come back: twice the
