@@ -122,11 +122,16 @@ func keyName(k any) string {
 // quoteApp quotes an app name from the file, bounded.
 func quoteApp(s string) string { return fmt.Sprintf("%q", truncateFlag(s)) }
 
-// keyShaped reports whether s reads as a VAPID key: base64url of 32 or 65
-// bytes. A keys file out of shape can put one where a name belongs.
+// keyShaped reports whether s reads as a VAPID key: base64url or base64 of
+// a 30- to 32-byte private key (dispatch pads shorter scalars) or a 65-byte
+// public key. A keys file out of shape can put one where a name belongs.
 func keyShaped(s string) bool {
-	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(s, "="))
-	return err == nil && (len(b) == 32 || len(b) == 65)
+	s = strings.TrimRight(s, "=")
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		b, err = base64.RawStdEncoding.DecodeString(s)
+	}
+	return err == nil && (len(b) >= 30 && len(b) <= 32 || len(b) == 65)
 }
 
 // appNames lists the identities for a log line: names only.
