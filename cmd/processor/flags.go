@@ -22,6 +22,9 @@ import (
 // knows is refused. A bad value names the flag (or variable, or key) and
 // says what was wanted, without a page of usage.
 
+// configUsage is the help of --config, which every command has.
+const configUsage = "YAML file with the flags' keys, plus tiers: (retry ladders) and pacing: (README, \"Configure\")"
+
 // parseOption adjusts parseFlags for one command.
 type parseOption func(*parseOpts)
 
@@ -53,7 +56,7 @@ func parseFlags(fs *flag.FlagSet, args []string, opts ...parseOption) error {
 	if o.tiers != nil {
 		*o.tiers = tiers.DefaultPolicy()
 	}
-	fs.String("config", "", "YAML file with the flags' keys, plus tiers: (retry ladders) and pacing: (README, \"Configure\")")
+	fs.String("config", "", configUsage)
 	var last valueError
 	restore := explainValues(fs, &last)
 	defer restore()

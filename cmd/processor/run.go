@@ -39,6 +39,7 @@ func runProcessor(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	cfg := DefaultConfig()
 	fs := newFlagSet("processor run", stderr)
 	cfg.register(fs)
+	fs.Usage = runUsage(fs)
 	if err := parseFlags(fs, args, withTiers(&cfg.Tiers)); err != nil {
 		return err
 	}
@@ -47,6 +48,7 @@ func runProcessor(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	log := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	warnDeprecated(fs, log)
 	if cfg.Dev {
 		return runDev(ctx, cfg, log, stdout)
 	}

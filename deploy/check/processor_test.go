@@ -97,7 +97,7 @@ func setup(m *testing.M) (int, error) {
 // commandFlags returns the flags a subcommand of the processor accepts,
 // with their defaults as its -h output shows them ("" when none).
 var (
-	flagStart    = regexp.MustCompile(`(?m)^  -([a-z0-9][a-z0-9-]*)\b`)
+	flagStart    = regexp.MustCompile(`(?m)^  --?([a-z0-9][a-z0-9-]*)\b`)
 	flagDefault  = regexp.MustCompile(`\(default (.*)\)\s*$`)
 	flagsByCmd   = map[string]map[string]string{}
 	flagsByCmdMu sync.Mutex
