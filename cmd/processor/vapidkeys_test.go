@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -31,8 +32,12 @@ func identityYAML(app string, k keyPair, subject string) string {
 	return fmt.Sprintf("%s:\n  public_key: %s\n  private_key: %s\n  subject: %s\n", app, k.pub, k.priv, subject)
 }
 
-// TestParseVAPIDKeys: a keys file is read strictly; each refusal names the
-// app and the field, and no error holds a key.
+// keysPos is how a keys file error starts: line:column (the line alone
+// for a YAML syntax error).
+var keysPos = regexp.MustCompile(`^\d+(:\d+)?: `)
+
+// TestParseVAPIDKeys: a keys file is read strictly; each refusal says
+// where, names the app and the field, and no error holds a key.
 func TestParseVAPIDKeys(t *testing.T) {
 	shop, news, other := newKeyPair(t), newKeyPair(t), newKeyPair(t)
 	raw := func(k string) []byte { b, _ := base64.RawURLEncoding.DecodeString(k); return b }
@@ -89,8 +94,8 @@ func TestParseVAPIDKeys(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
-				t.Fatalf("parseVAPIDKeys() = %v, want an error starting %q", err, tt.want)
+			if err == nil || !keysPos.MatchString(err.Error()) || !strings.HasPrefix(keysPos.ReplaceAllString(err.Error(), ""), tt.want) {
+				t.Fatalf("parseVAPIDKeys() = %v, want line:column: then %q", err, tt.want)
 			}
 			for _, k := range []keyPair{shop, news, other} {
 				for _, secret := range []string{k.priv, k.priv[:20], k.pub} {
@@ -134,8 +139,8 @@ func TestVAPIDKeysExitCodes(t *testing.T) {
 		code int
 		want string
 	}{
-		{"key not the pair's", []string{"--brokers", "127.0.0.1:1", "--hmac-key", hmac, "--vapid-keys", mismatch}, nil, 2, "--vapid-keys: shop.private_key: does not match shop.public_key"},
-		{"from the env var", []string{"--brokers", "127.0.0.1:1", "--hmac-key", hmac}, []string{"TIERPUSH_VAPID_KEYS=" + mismatch}, 2, "--vapid-keys: shop.private_key"},
+		{"key not the pair's", []string{"--brokers", "127.0.0.1:1", "--hmac-key", hmac, "--vapid-keys", mismatch}, nil, 2, "--vapid-keys " + mismatch + ":1:1: shop.private_key: does not match shop.public_key"},
+		{"from the env var", []string{"--brokers", "127.0.0.1:1", "--hmac-key", hmac}, []string{"TIERPUSH_VAPID_KEYS=" + mismatch}, 2, ":1:1: shop.private_key"},
 		{"missing file", []string{"--brokers", "127.0.0.1:1", "--hmac-key", hmac, "--vapid-keys", filepath.Join(dir, "nope.yaml")}, nil, 2, "--vapid-keys"},
 		{"no apps", []string{"--brokers", "127.0.0.1:1", "--hmac-key", hmac, "--vapid-keys", empty}, nil, 2, "names no app"},
 		{"a partial default beside the file", []string{"--brokers", "127.0.0.1:1", "--hmac-key", hmac, "--vapid-keys", good, "--vapid-subject", "mailto:ops@example.com"}, nil, 2, "--vapid-public-key: missing"},
@@ -303,8 +308,8 @@ func TestVAPIDKeyRefusalsExit2(t *testing.T) {
 	}{
 		{"flag, out of range", []string{"--vapid-public-key", a.PublicKey, "--vapid-private-key", ff, "--vapid-subject", "mailto:ops@example.com"}, "--vapid-private-key: out of range for P-256"},
 		{"flag, not the pair's", []string{"--vapid-public-key", a.PublicKey, "--vapid-private-key", b.PrivateKey, "--vapid-subject", "mailto:ops@example.com"}, "--vapid-private-key: does not match --vapid-public-key"},
-		{"file, out of range", []string{"--vapid-keys", keysFile(a.PublicKey, ff)}, "--vapid-keys: news.private_key: out of range for P-256"},
-		{"file, not the pair's", []string{"--vapid-keys", keysFile(b.PublicKey, a.PrivateKey)}, "--vapid-keys: news.private_key: does not match news.public_key"},
+		{"file, out of range", []string{"--vapid-keys", keysFile(a.PublicKey, ff)}, ":1:1: news.private_key: out of range for P-256"},
+		{"file, not the pair's", []string{"--vapid-keys", keysFile(b.PublicKey, a.PrivateKey)}, ":1:1: news.private_key: does not match news.public_key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
