@@ -78,21 +78,21 @@ func buildCommit() string {
 	if commit != "" && commit != "unknown" {
 		return commit
 	}
-	commit, modified := "unknown", false
+	rev, modified := "unknown", false
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				commit = s.Value
+				rev = s.Value
 			case "vcs.modified":
 				modified = s.Value == "true"
 			}
 		}
 	}
 	if modified {
-		commit += " (modified)"
+		rev += " (modified)"
 	}
-	return commit
+	return rev
 }
 
 // isHelp reports whether arg asks for help.

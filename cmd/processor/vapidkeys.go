@@ -24,8 +24,9 @@ const (
 
 // loadVAPIDKeys reads the --vapid-keys file: YAML mapping each app name to
 // its public_key, private_key and subject. Errors name the flag, the file,
-// the place, the app and the field ("--vapid-keys keys.yaml:4:3:
-// shop.private_key: …") and never hold a key.
+// the place (of the field, or of the app's name for its key pair), the app
+// and the field ("--vapid-keys keys.yaml:4:1: shop.private_key: …") and
+// never hold a key.
 func loadVAPIDKeys(path string) (map[string]dispatch.VAPID, error) {
 	data, err := readSecretFile("--vapid-keys", path)
 	if err != nil {
