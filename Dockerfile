@@ -8,8 +8,12 @@
 # (pure Go, CGO off), so multi-arch builds need no emulation.
 FROM --platform=$BUILDPLATFORM golang:1.26-trixie AS build
 ARG TARGETOS TARGETARCH
-# What `processor version` prints: docker build --build-arg VERSION=v1.2.3.
+# What `processor version` and tierpush_build_info show:
+#   docker build --build-arg VERSION=v1.2.3 --build-arg REVISION=$(git rev-parse HEAD) .
+# The build context has no .git (.dockerignore), so the commit comes from
+# REVISION, not from the Go toolchain's VCS stamp.
 ARG VERSION=dev
+ARG REVISION=unknown
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
@@ -17,7 +21,7 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/processor ./cmd/processor
+    go build -trimpath -ldflags="-s -w -X main.version=${VERSION} -X main.commit=${REVISION}" -o /out/processor ./cmd/processor
 
 # static-debian13: CA certificates and tzdata, no libc, no shell.
 # nonroot: uid/gid 65532.

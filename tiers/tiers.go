@@ -7,6 +7,7 @@ package tiers
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -162,32 +163,56 @@ const (
 func (p Policy) Validate() error {
 	var errs []error
 	for _, t := range All {
-		l := p.Ladder(t)
-		key := "tiers." + t.String()
+		errs = append(errs, p.Ladder(t).Validate("tiers."+t.String()))
+	}
+	return errors.Join(errs...)
+}
+
+// FieldError is a field of a ladder out of range; Policy.Validate and
+// Ladder.Validate join them.
+type FieldError struct {
+	Key   string // the field's key in the --config file: tiers.tier2.steps[1]
+	Field string // steps, max_attempts or weight
+	Index int    // the step at fault; -1 for the field as a whole
+	msg   string
+}
+
+func (e *FieldError) Error() string { return e.Key + ": " + e.msg }
+
+// Validate reports every field of l out of range (Policy.Validate), as
+// *FieldError; key is the ladder's key in the --config file (tiers.tier2).
+func (l Ladder) Validate(key string) error {
+	var errs []error
+	add := func(field string, index int, format string, args ...any) {
+		k := key + "." + field
+		if index >= 0 {
+			k += "[" + strconv.Itoa(index) + "]"
+		}
+		errs = append(errs, &FieldError{Key: k, Field: field, Index: index, msg: fmt.Sprintf(format, args...)})
+	}
+	switch {
+	case len(l.Steps) == 0:
+		add("steps", -1, "empty, want 1 to %d retry delays like [2s, 8s, 60s]", MaxSteps)
+	case len(l.Steps) > MaxSteps:
+		add("steps", -1, "%d steps, want at most %d", len(l.Steps), MaxSteps)
+	}
+	for i, s := range l.Steps {
 		switch {
-		case len(l.Steps) == 0:
-			errs = append(errs, fmt.Errorf("%s.steps: empty, want 1 to %d retry delays like [2s, 8s, 60s]", key, MaxSteps))
-		case len(l.Steps) > MaxSteps:
-			errs = append(errs, fmt.Errorf("%s.steps: %d steps, want at most %d", key, len(l.Steps), MaxSteps))
+		case s < MinStep:
+			add("steps", i, "%s, want at least %s", s, MinStep)
+		case s > MaxStep:
+			add("steps", i, "%s, want at most 24h", s)
+		case s%time.Second != 0:
+			add("steps", i, "%s, want whole seconds (the step names its topic)", s)
+		case i > 0 && s <= l.Steps[i-1]:
+			add("steps", i, "%s, want longer than steps[%d] (%s): steps ascend", s, i-1, l.Steps[i-1])
 		}
-		for i, s := range l.Steps {
-			switch {
-			case s < MinStep:
-				errs = append(errs, fmt.Errorf("%s.steps[%d]: %s, want at least %s", key, i, s, MinStep))
-			case s > MaxStep:
-				errs = append(errs, fmt.Errorf("%s.steps[%d]: %s, want at most 24h", key, i, s))
-			case s%time.Second != 0:
-				errs = append(errs, fmt.Errorf("%s.steps[%d]: %s, want whole seconds (the step names its topic)", key, i, s))
-			case i > 0 && s <= l.Steps[i-1]:
-				errs = append(errs, fmt.Errorf("%s.steps[%d]: %s, want longer than steps[%d] (%s): steps ascend", key, i, s, i-1, l.Steps[i-1]))
-			}
-		}
-		if l.MaxAttempts < 1 || l.MaxAttempts > MaxMaxAttempts {
-			errs = append(errs, fmt.Errorf("%s.max_attempts: %d, want 1..%d (the first send included)", key, l.MaxAttempts, MaxMaxAttempts))
-		}
-		if l.Weight < 1 || l.Weight > MaxWeight {
-			errs = append(errs, fmt.Errorf("%s.weight: %d, want 1..%d", key, l.Weight, MaxWeight))
-		}
+	}
+	if l.MaxAttempts < 1 || l.MaxAttempts > MaxMaxAttempts {
+		add("max_attempts", -1, "%d, want 1..%d (the first send included)", l.MaxAttempts, MaxMaxAttempts)
+	}
+	if l.Weight < 1 || l.Weight > MaxWeight {
+		add("weight", -1, "%d, want 1..%d", l.Weight, MaxWeight)
 	}
 	return errors.Join(errs...)
 }

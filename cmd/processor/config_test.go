@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -160,10 +161,50 @@ func TestConfigFileErrors(t *testing.T) {
 			if code != 2 || !strings.Contains(string(out), tt.want) {
 				t.Errorf("exit %d, want 2 naming %q; output:\n%s", code, tt.want, out)
 			}
+			// A mistake the file reading finds says where it is.
+			if !strings.HasPrefix(tt.want, "--") && !filePos.MatchString(string(out)) {
+				t.Errorf("no --config file:line:column in front of the error:\n%s", out)
+			}
 			if strings.Contains(string(out), "usage of") {
 				t.Errorf("printed the usage page:\n%s", out)
 			}
 		})
+	}
+}
+
+// filePos is a --config error's start: the file, the line and (but for a
+// YAML syntax error) the column.
+var filePos = regexp.MustCompile(`processor: --config \S+config\.yaml:\d+(:\d+)?: `)
+
+// TestConfigFileErrorPositions: each mistake is named at its line and
+// column, several at once each on its own line.
+func TestConfigFileErrorPositions(t *testing.T) {
+	for _, tt := range []struct {
+		yaml string
+		want []string
+	}{
+		// Mistakes of shape, found as the file is read.
+		{"group: tp\ntiers:\n  tier2:\n    steps: [1s, 500ms]\n    weight: 0\nbrokers: [a:9092, {b: c}]\n", []string{
+			":4:17: tiers.tier2.steps[1]: 500ms, want at least 1s",
+			":5:5: tiers.tier2.weight: 0, want 1..1000",
+			":6:19: brokers[1]: want a single value, got a map",
+		}},
+		// Mistakes of keys and values, found as the flags are set.
+		{"group: tp\nmax-in-flight: lots\npacing:\n  cut_rat: 0.05\n", []string{
+			`:2:1: max-in-flight: want a whole number, got "lots"`,
+			":4:3: pacing.cut_rat: unknown key",
+		}},
+	} {
+		path := writeConfig(t, tt.yaml)
+		code, _, stderr := runTool(t, "", nil, "--dev", "--http-addr", "", "--config", path)
+		if code != 2 {
+			t.Fatalf("exit %d, want 2; stderr:\n%s", code, stderr)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(stderr, "--config "+path+w) {
+				t.Errorf("stderr lacks %q:\n%s", "--config "+path+w, stderr)
+			}
+		}
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/tierpush/tierpush/internal/dlq"
 	"github.com/tierpush/tierpush/internal/event"
 	"github.com/tierpush/tierpush/tiers"
+	"github.com/tierpush/tierpush/topology"
 )
 
 // runDLQ is `processor dlq list|redrive`.
@@ -46,7 +47,7 @@ type filterFlags struct {
 }
 
 func (f *filterFlags) register(fs *flag.FlagSet) {
-	fs.Var(&f.reasons, "reason", "only this push-reason (max_attempts, ttl_expired, rejected, payload_too_large, invalid_event, endpoint_blocked, bad_signature, unknown_app, vapid_rejected); repeatable")
+	fs.Var(&f.reasons, "reason", "only this push-reason (max_attempts, ttl_expired, rejected, payload_too_large, invalid_event, endpoint_blocked, bad_signature, unknown_app, vapid_rejected); repeatable. A redrive passes over rejected, payload_too_large, invalid_event and endpoint_blocked, which would fail again, unless named here")
 	fs.Var(&f.statuses, "status", "only this last HTTP status (0: none); repeatable")
 	fs.Var(&f.tiers, "tier", "only this tier (tier1, tier2, tier3; retry topics count as their tier); repeatable")
 	fs.Var(&f.origins, "origin", "only this push service, https://fcm.googleapis.com or a bare host; repeatable")
@@ -393,10 +394,26 @@ func writeReport(w io.Writer, rep dlq.Report, o dlq.Options) {
 		if rep.Skipped[dlq.SkipBadSignature] > 0 {
 			fmt.Fprintln(w, "  bad_signature records may be forged; after checking them, redrive them with --include-bad-signature --reason bad_signature and another --group")
 		}
+		writeWouldFail(w, rep.WouldFail, o.Group)
 	}
 	if rep.LimitReached {
 		fmt.Fprintf(w, "stopped at --limit %d; run again to continue\n", o.Limit)
 	}
+}
+
+// writeWouldFail says which records were passed over because they would
+// fail again, and how to redrive them once their cause is fixed.
+func writeWouldFail(w io.Writer, byReason map[topology.Reason]int, group string) {
+	if len(byReason) == 0 {
+		return
+	}
+	reasons := slices.Sorted(maps.Keys(byReason))
+	for _, r := range reasons {
+		why, _ := dlq.WouldFailAgain(r)
+		fmt.Fprintf(w, "  %s would fail again, not redriven: %s\n", plural(byReason[r], string(r)+" record"), why)
+	}
+	fmt.Fprintf(w, "  once the cause is fixed, name the reason to redrive them (--reason %s) with another --group: group %s's position is past them\n",
+		reasons[0], group)
 }
 
 // plural is "1 record", "2 records".

@@ -278,6 +278,36 @@ func TestDLQRedriveCLI(t *testing.T) {
 	}
 }
 
+// TestDLQRedriveWouldFail: by default a redrive passes over the reasons
+// that would fail again and says how many, why, and how to redrive them;
+// naming the reason redrives them.
+func TestDLQRedriveWouldFail(t *testing.T) {
+	_, brokers, sub := dlqEnv(t)
+	code, stdout, stderr := runTool(t, "", nil, "dlq", "redrive", "--dry-run", "--brokers", brokers)
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	assertNoSecrets(t, stdout+stderr, sub)
+	for _, want := range []string{
+		"would redrive 3 records (tier1 1, tier2 1, tier3 1) of 7",
+		"passed over 4: bad_signature 1, loop_guard 1, would_fail 2",
+		"1 invalid_event record would fail again, not redriven: the event does not decode",
+		"1 rejected record would fail again, not redriven: the push service refused the request itself",
+		"name the reason to redrive them (--reason invalid_event) with another --group",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if strings.Contains(stdout, "c-400") {
+		t.Errorf("the dry run lists a rejected record it passes over:\n%s", stdout)
+	}
+	code, stdout, stderr = runTool(t, "", nil, "dlq", "redrive", "--dry-run", "--brokers", brokers, "--reason", "rejected")
+	if code != 0 || !strings.Contains(stdout, "c-400") || !strings.Contains(stdout, "would redrive 1 record (tier1 1) of 7") || strings.Contains(stdout, "would fail again") {
+		t.Errorf("--reason rejected: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+}
+
 func TestDLQBadFlags(t *testing.T) {
 	tests := []struct {
 		name string

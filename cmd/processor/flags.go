@@ -22,6 +22,9 @@ import (
 // knows is refused. A bad value names the flag (or variable, or key) and
 // says what was wanted, without a page of usage.
 
+// configUsage is the help of --config, which every command has.
+const configUsage = "YAML file with the flags' keys, plus tiers: (retry ladders) and pacing: (README, \"Configure\")"
+
 // parseOption adjusts parseFlags for one command.
 type parseOption func(*parseOpts)
 
@@ -53,7 +56,7 @@ func parseFlags(fs *flag.FlagSet, args []string, opts ...parseOption) error {
 	if o.tiers != nil {
 		*o.tiers = tiers.DefaultPolicy()
 	}
-	fs.String("config", "", "YAML file with the flags' keys, plus tiers: (retry ladders) and pacing: (README, \"Configure\")")
+	fs.String("config", "", configUsage)
 	var last valueError
 	restore := explainValues(fs, &last)
 	defer restore()
@@ -85,9 +88,37 @@ func parseFlags(fs *flag.FlagSet, args []string, opts ...parseOption) error {
 		return nil
 	}
 	if err := readConfigFile(fs, path, o); err != nil {
-		return usageError(fmt.Errorf("--config %s: %w", path, err))
+		return usageError(inConfigFile(path, err))
 	}
 	return nil
+}
+
+// inConfigFile names the file in front of each of err's errors, with its
+// place when it has one: "--config prod.yaml:12:5: …".
+func inConfigFile(path string, err error) error {
+	var errs []error
+	for _, e := range flatten(err) {
+		var at *configfile.Error
+		if errors.As(e, &at) {
+			errs = append(errs, fmt.Errorf("--config %s:%w", path, e))
+		} else {
+			errs = append(errs, fmt.Errorf("--config %s: %w", path, e))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// flatten lists the errors errors.Join put together, however nested.
+func flatten(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, flatten(e)...)
+	}
+	return out
 }
 
 // readEnv sets the flags the command line left unset from their
@@ -130,19 +161,19 @@ func readConfigFile(fs *flag.FlagSet, path string, o parseOpts) error {
 		}
 		switch {
 		case name == "config":
-			errs = append(errs, fmt.Errorf("%s: a config file cannot name another", s.Key))
+			errs = append(errs, configfile.At(s.Pos, fmt.Errorf("%s: a config file cannot name another", s.Key)))
 		case slices.Contains(o.notFromFile, name):
 		case fs.Lookup(name) != nil:
 			if set[name] {
 				continue // flags and env vars come first
 			}
 			if err := fs.Set(name, s.Value); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", s.Key, err))
+				errs = append(errs, configfile.At(s.Pos, fmt.Errorf("%s: %w", s.Key, err)))
 			}
 		case run.Lookup(name) != nil:
 			// The processor's key, which this tool has no use for.
 		default:
-			errs = append(errs, unknownKey(s, fs, run))
+			errs = append(errs, configfile.At(s.Pos, unknownKey(s, fs, run)))
 		}
 	}
 	if o.tiers != nil {

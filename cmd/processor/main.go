@@ -57,8 +57,13 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"version": runVersion,
 }
 
-// version is stamped at build time: -ldflags "-X main.version=v1.2.3".
-var version = "dev"
+// version and commit are stamped at build time: -ldflags "-X
+// main.version=v1.2.3 -X main.commit=$(git rev-parse HEAD)", as the
+// Dockerfile does. Without commit, the Go toolchain's VCS stamp is used.
+var (
+	version = "dev"
+	commit  = ""
+)
 
 // runVersion is `processor version`: the version, the commit it was built
 // from and the Go version.
@@ -67,24 +72,27 @@ func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
 	return nil
 }
 
-// buildCommit is the commit the binary was built from, as the Go toolchain
-// recorded it.
+// buildCommit is the commit the binary was built from: the stamped one, or
+// as the Go toolchain recorded it.
 func buildCommit() string {
-	commit, modified := "unknown", false
+	if commit != "" && commit != "unknown" {
+		return commit
+	}
+	rev, modified := "unknown", false
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				commit = s.Value
+				rev = s.Value
 			case "vcs.modified":
 				modified = s.Value == "true"
 			}
 		}
 	}
 	if modified {
-		commit += " (modified)"
+		rev += " (modified)"
 	}
-	return commit
+	return rev
 }
 
 // isHelp reports whether arg asks for help.

@@ -15,13 +15,13 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	webpush "github.com/SherClockHolmes/webpush-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/tierpush/tierpush/internal/admin"
 	"github.com/tierpush/tierpush/internal/broker"
@@ -39,6 +39,7 @@ func runProcessor(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	cfg := DefaultConfig()
 	fs := newFlagSet("processor run", stderr)
 	cfg.register(fs)
+	fs.Usage = runUsage(fs)
 	if err := parseFlags(fs, args, withTiers(&cfg.Tiers)); err != nil {
 		return err
 	}
@@ -47,6 +48,7 @@ func runProcessor(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	log := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	warnDeprecated(fs, log)
 	if cfg.Dev {
 		return runDev(ctx, cfg, log, stdout)
 	}
@@ -59,6 +61,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	names := topology.Names{Prefix: cfg.TopicPrefix}
 	policy := cfg.Tiers
 
+	// Every address the processor serves, for the start line.
+	var serving []any
 	if len(cfg.Brokers) == 0 {
 		c, err := broker.Start(broker.Config{Addr: cfg.EmbeddedAddr, DataDir: cfg.DataDir, Partitions: int(cfg.Topics.Partitions)}, log)
 		if err != nil {
@@ -66,11 +70,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 		}
 		defer c.Close()
 		cfg.Brokers = c.ListenAddrs()
+		serving = append(serving, "embedded_broker", strings.Join(cfg.Brokers, ","))
 	}
 	kopts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID("tierpush"),
-		kgo.WithLogger(kslog.New(log.With("component", "kafka"))),
+		kgo.WithLogger(newKafkaLogger(log.With("component", "kafka"))),
 	}
 	sec, err := cfg.Kafka.opts() // TLS and SASL (kafka.go)
 	if err != nil {
@@ -189,16 +194,18 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 		return fmt.Errorf("metrics: %w", err)
 	}
 	if cfg.HTTPAddr != "" {
-		stopHTTP, err := serveHTTP(cfg.HTTPAddr, p, metrics.Handler(), log)
+		stopHTTP, addr, err := serveHTTP(cfg.HTTPAddr, p, metrics.Handler(), log)
 		if err != nil {
 			return usageError(fmt.Errorf("--http-addr: %w", err))
 		}
 		defer stopHTTP()
+		serving = append(serving, "http", "http://"+addr+" (/metrics /healthz /readyz)")
 	}
 	if ready != nil {
 		ready(p)
 	}
-	log.Info("processor running", "brokers", cfg.Brokers, "group", cfg.Group, "topics", len(names.Inputs(&policy))+len(dropped))
+	log.Info("processor running", append([]any{"brokers", cfg.Brokers, "group", cfg.Group,
+		"topics", len(names.Inputs(&policy)) + len(dropped)}, serving...)...)
 	if err := p.Run(ctx); err != nil {
 		return err
 	}
@@ -255,11 +262,12 @@ func droppedSteps(ctx context.Context, kopts []kgo.Opt, names topology.Names, p 
 	return topics, nil
 }
 
-// serveHTTP serves /healthz, /readyz and /metrics.
-func serveHTTP(addr string, p *pipeline.Processor, metrics http.Handler, log *slog.Logger) (stop func(), err error) {
+// serveHTTP serves /healthz, /readyz and /metrics on addr; bound is the
+// address it listens on (a port 0 resolved).
+func serveHTTP(addr string, p *pipeline.Processor, metrics http.Handler, log *slog.Logger) (stop func(), bound string, err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
@@ -289,7 +297,7 @@ func serveHTTP(addr string, p *pipeline.Processor, metrics http.Handler, log *sl
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
-	}, nil
+	}, ln.Addr().String(), nil
 }
 
 // newDevIdentity makes a throwaway VAPID key pair and HMAC key for --dev.

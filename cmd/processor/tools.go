@@ -98,22 +98,30 @@ func runBroker(ctx context.Context, args []string, _, stderr io.Writer) error {
 // --app as an entry of the --vapid-keys file.
 func runVAPID(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("processor vapid", stderr)
-	subject := fs.String("subject", "mailto:ops@example.com", "VAPID subject to print alongside")
+	subject := fs.String("subject", "mailto:ops@example.com", "VAPID subject to print alongside: mailto:address or an https URL (without --app a bare address also, read as mailto:)")
 	app := fs.String("app", "", "print the pair as this app's entry of a --vapid-keys file instead of env lines")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	// What it prints must be what the processor takes: the default
+	// identity's subject may be a bare address, an app's may not.
+	if err := dispatch.ValidateSubject(*subject, *app != ""); err != nil {
+		return usageError(fmt.Errorf("--subject %q: %w", truncateFlag(*subject), err))
 	}
 	priv, pub, err := webpush.GenerateVAPIDKeys()
 	if err != nil {
 		return fmt.Errorf("generate vapid keys: %w", err)
 	}
+	v := dispatch.VAPID{PublicKey: pub, PrivateKey: priv, Subject: *subject}
 	if *app == "" {
+		if err := dispatch.ValidateVAPID(v); err != nil {
+			return fmt.Errorf("generated key pair: %w", err)
+		}
 		fmt.Fprintf(stdout, "VAPID_PUBLIC_KEY=%s\nVAPID_PRIVATE_KEY=%s\nVAPID_SUBJECT=%s\n", pub, priv, *subject)
 		return nil
 	}
-	v := dispatch.VAPID{PublicKey: pub, PrivateKey: priv, Subject: *subject}
 	if err := dispatch.ValidateApp(*app, v); err != nil {
-		return usageError(fmt.Errorf("--app/--subject: %w", err))
+		return usageError(fmt.Errorf("--app: %w", err))
 	}
 	fmt.Fprintf(stdout, "%s:\n  public_key: %s\n  private_key: %s\n  subject: %q\n", *app, pub, priv, *subject)
 	return nil

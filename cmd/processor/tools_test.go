@@ -218,8 +218,28 @@ func TestVAPID(t *testing.T) {
 	if err != nil || len(apps) != 1 || apps["shop-2027"].Subject != "mailto:push@shop.example" {
 		t.Fatalf("vapid --app printed %q: %v %+v", entry, err, apps)
 	}
-	if code, _, stderr := runTool(t, "", nil, "vapid", "--app", "shop", "--subject", "push@shop.example"); code != 2 || !strings.Contains(stderr, "shop.subject") {
-		t.Errorf("vapid --app with a bare address: exit %d, want 2 naming shop.subject; stderr:\n%s", code, stderr)
+	// A subject the processor would refuse is refused here, before any
+	// key is printed.
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--subject", "foo"}, `--subject "foo": want mailto:address or an https URL`},
+		{[]string{"--subject", "http://example.com"}, `--subject "http://example.com": want mailto:`},
+		{[]string{"--subject", "mailto:"}, `--subject "mailto:": want mailto:`},
+		{[]string{"--subject", ""}, `--subject "": missing`},
+		{[]string{"--app", "shop", "--subject", "push@shop.example"}, `--subject "push@shop.example": want mailto:`},
+		{[]string{"--app", "shop/eu"}, `--app: app name "shop/eu"`},
+	} {
+		code, stdout, stderr := runTool(t, "", nil, append([]string{"vapid"}, tt.args...)...)
+		if code != 2 || !strings.Contains(stderr, tt.want) || stdout != "" {
+			t.Errorf("vapid %q: exit %d, stdout %q, want 2 and nothing printed, naming %q; stderr:\n%s", tt.args, code, stdout, tt.want, stderr)
+		}
+	}
+	// A bare address is the default identity's (the processor reads it as
+	// mailto:), and the printed lines are accepted by the processor.
+	if code, _, stderr := runTool(t, "", nil, "vapid", "--subject", "push@example.org"); code != 0 {
+		t.Errorf("vapid --subject push@example.org: exit %d; stderr:\n%s", code, stderr)
 	}
 }
 

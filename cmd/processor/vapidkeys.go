@@ -8,8 +8,9 @@ import (
 	"slices"
 	"strings"
 
-	"gopkg.in/yaml.v2"
+	"go.yaml.in/yaml/v3"
 
+	"github.com/tierpush/tierpush/internal/configfile"
 	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/event"
 )
@@ -22,9 +23,10 @@ const (
 )
 
 // loadVAPIDKeys reads the --vapid-keys file: YAML mapping each app name to
-// its public_key, private_key and subject. Errors name the flag, the app
-// and the field ("--vapid-keys: shop.private_key: …") and never hold a
-// key.
+// its public_key, private_key and subject. Errors name the flag, the file,
+// the place (of the field, or of the app's name for its key pair), the app
+// and the field ("--vapid-keys keys.yaml:4:1: shop.private_key: …") and
+// never hold a key.
 func loadVAPIDKeys(path string) (map[string]dispatch.VAPID, error) {
 	data, err := readSecretFile("--vapid-keys", path)
 	if err != nil {
@@ -32,7 +34,7 @@ func loadVAPIDKeys(path string) (map[string]dispatch.VAPID, error) {
 	}
 	apps, err := parseVAPIDKeys([]byte(data))
 	if err != nil {
-		return nil, fmt.Errorf("--vapid-keys: %w", err)
+		return nil, fmt.Errorf("--vapid-keys %s:%w", path, err)
 	}
 	if len(apps) == 0 {
 		return nil, fmt.Errorf("--vapid-keys: %s names no app", path)
@@ -40,79 +42,97 @@ func loadVAPIDKeys(path string) (map[string]dispatch.VAPID, error) {
 	return apps, nil
 }
 
-// parseVAPIDKeys decodes and checks a keys file (dispatch.ValidateApp).
+// parseVAPIDKeys decodes and checks a keys file (dispatch.ValidateApp). Its
+// error is a *configfile.Error: the place in the file, then what is wrong.
 func parseVAPIDKeys(data []byte) (map[string]dispatch.VAPID, error) {
-	var doc yaml.MapSlice
+	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		// The parser's messages can quote the text (an unknown anchor:
 		// "*" starting a key), so only the line is kept.
-		var te *yaml.TypeError
-		if errors.As(err, &te) {
-			return nil, errors.New("want a mapping of app name to public_key, private_key and subject")
-		}
 		var line int
 		if _, serr := fmt.Sscanf(err.Error(), "yaml: line %d:", &line); serr == nil {
-			return nil, fmt.Errorf("not valid YAML at line %d (quote values that start with a YAML indicator such as * & ! |)", line)
+			return nil, configfile.At(configfile.Pos{Line: line}, errors.New("not valid YAML (quote values that start with a YAML indicator such as * & ! |)"))
 		}
-		return nil, errors.New("not valid YAML (quote values that start with a YAML indicator such as * & ! |)")
+		return nil, configfile.At(configfile.Pos{Line: 1}, errors.New("not valid YAML (quote values that start with a YAML indicator such as * & ! |)"))
 	}
-	apps := make(map[string]dispatch.VAPID, len(doc))
-	for _, item := range doc {
-		name, ok := item.Key.(string)
-		if !ok {
-			return nil, fmt.Errorf("app name %s: want a string of [A-Za-z0-9._-] (quote it)", keyName(item.Key))
-		}
+	apps := make(map[string]dispatch.VAPID)
+	if len(doc.Content) == 0 {
+		return apps, nil // an empty file
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, at(root, errors.New("want a mapping of app name to public_key, private_key and subject"))
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		name := k.Value
 		if keyShaped(name) {
 			// A key where a name belongs (indentation?): never echo it.
-			return nil, errors.New("an app name is shaped like a key; check the file's indentation")
+			return nil, at(k, errors.New("an app name is shaped like a key; check the file's indentation"))
+		}
+		if !isString(k) {
+			return nil, at(k, fmt.Errorf("app name %s: want a string of [A-Za-z0-9._-] (quote it)", keyName(name)))
 		}
 		if _, dup := apps[name]; dup {
-			return nil, fmt.Errorf("%s: given twice", quoteApp(name))
+			return nil, at(k, fmt.Errorf("%s: given twice", quoteApp(name)))
 		}
 		if err := event.CheckApp(name); err != nil {
-			return nil, fmt.Errorf("app name %s: %w", quoteApp(name), err)
+			return nil, at(k, fmt.Errorf("app name %s: %w", quoteApp(name), err))
 		}
-		fields, ok := item.Value.(yaml.MapSlice)
-		if !ok {
-			return nil, fmt.Errorf("%s: want a mapping with %s, %s and %s", name, keyFieldPublic, keyFieldPrivate, keyFieldSubject)
+		if v.Kind != yaml.MappingNode {
+			return nil, at(v, fmt.Errorf("%s: want a mapping with %s, %s and %s", name, keyFieldPublic, keyFieldPrivate, keyFieldSubject))
 		}
-		var v dispatch.VAPID
+		var app dispatch.VAPID
 		seen := make(map[string]bool, 3)
-		for _, f := range fields {
-			key, _ := f.Key.(string)
+		for j := 0; j+1 < len(v.Content); j += 2 {
+			fk, fv := v.Content[j], v.Content[j+1]
+			key := fk.Value
 			var dst *string
 			switch key {
 			case keyFieldPublic:
-				dst = &v.PublicKey
+				dst = &app.PublicKey
 			case keyFieldPrivate:
-				dst = &v.PrivateKey
+				dst = &app.PrivateKey
 			case keyFieldSubject:
-				dst = &v.Subject
+				dst = &app.Subject
 			default:
-				return nil, fmt.Errorf("%s: unknown field %s (want %s, %s and %s)", name, keyName(f.Key), keyFieldPublic, keyFieldPrivate, keyFieldSubject)
+				return nil, at(fk, fmt.Errorf("%s: unknown field %s (want %s, %s and %s)", name, keyName(key), keyFieldPublic, keyFieldPrivate, keyFieldSubject))
 			}
 			if seen[key] {
-				return nil, fmt.Errorf("%s.%s: given twice", name, key)
+				return nil, at(fk, fmt.Errorf("%s.%s: given twice", name, key))
 			}
 			seen[key] = true
-			s, ok := f.Value.(string)
-			if !ok && f.Value != nil {
-				return nil, fmt.Errorf("%s.%s: want a string (quote it)", name, key)
+			switch {
+			case fv.Kind == yaml.ScalarNode && fv.ShortTag() == "!!null":
+			case fv.Kind == yaml.ScalarNode && isString(fv):
+				*dst = strings.TrimSpace(fv.Value)
+			default:
+				return nil, at(fv, fmt.Errorf("%s.%s: want a string (quote it)", name, key))
 			}
-			*dst = strings.TrimSpace(s)
 		}
-		if err := dispatch.ValidateApp(name, v); err != nil {
-			return nil, err
+		if err := dispatch.ValidateApp(name, app); err != nil {
+			return nil, at(k, err)
 		}
-		apps[name] = v
+		apps[name] = app
 	}
 	return apps, nil
 }
 
+// isString reports whether a scalar is text: a string, or a value under a
+// tag of its own (!x), which YAML leaves as written.
+func isString(n *yaml.Node) bool {
+	tag := n.ShortTag()
+	return tag == "!!str" || !strings.HasPrefix(tag, "!!")
+}
+
+// at places err at n in the keys file.
+func at(n *yaml.Node, err error) error {
+	return configfile.At(configfile.Pos{Line: n.Line, Column: n.Column}, err)
+}
+
 // keyName shows a YAML key that is not an app name, bounded, and not at
 // all when it could be a key.
-func keyName(k any) string {
-	s := fmt.Sprint(k)
+func keyName(s string) string {
 	if keyShaped(s) {
 		return "(shaped like a key)"
 	}
@@ -122,11 +142,16 @@ func keyName(k any) string {
 // quoteApp quotes an app name from the file, bounded.
 func quoteApp(s string) string { return fmt.Sprintf("%q", truncateFlag(s)) }
 
-// keyShaped reports whether s reads as a VAPID key: base64url of 32 or 65
-// bytes. A keys file out of shape can put one where a name belongs.
+// keyShaped reports whether s reads as a VAPID key: base64url or base64 of
+// a 30- to 32-byte private key (dispatch pads shorter scalars) or a 65-byte
+// public key. A keys file out of shape can put one where a name belongs.
 func keyShaped(s string) bool {
-	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(s, "="))
-	return err == nil && (len(b) == 32 || len(b) == 65)
+	s = strings.TrimRight(s, "=")
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		b, err = base64.RawStdEncoding.DecodeString(s)
+	}
+	return err == nil && (len(b) >= 30 && len(b) <= 32 || len(b) == 65)
 }
 
 // appNames lists the identities for a log line: names only.

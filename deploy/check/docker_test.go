@@ -159,6 +159,22 @@ func TestDockerfile(t *testing.T) {
 	if labels["org.opencontainers.image.revision"] != "${REVISION}" {
 		t.Errorf("revision label %q, want ${REVISION}", labels["org.opencontainers.image.revision"])
 	}
+	// The commit processor version and tierpush_build_info show: the
+	// build context has no .git for the Go toolchain to stamp it from.
+	if !strings.Contains(buildRun, "-X main.commit=${REVISION}") {
+		t.Errorf("go build step %q does not stamp -X main.commit=${REVISION}", buildRun)
+	}
+	buildArgs := ""
+	for _, in := range build {
+		if in.cmd == "ARG" {
+			buildArgs += " " + in.args
+		}
+	}
+	for _, arg := range []string{"VERSION", "REVISION"} {
+		if !regexp.MustCompile(`\b` + arg + `\b`).MatchString(buildArgs) {
+			t.Errorf("build stage has no ARG %s for -ldflags (ARGs:%s)", arg, buildArgs)
+		}
+	}
 
 	// Every variable the image sets is one the processor reads.
 	checkEnvNames(t, "Dockerfile ENV", []string{"run"}, dockerfileEnv(t))

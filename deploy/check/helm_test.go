@@ -28,6 +28,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -197,7 +198,7 @@ func newDecoder(t *testing.T) decoder {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme, policyv1.AddToScheme,
-		autoscalingv2.AddToScheme, monitoringv1.AddToScheme,
+		autoscalingv2.AddToScheme, monitoringv1.AddToScheme, networkingv1.AddToScheme,
 	} {
 		if err := add(scheme); err != nil {
 			t.Fatal(err)
@@ -239,7 +240,7 @@ func TestDecoderIsStrict(t *testing.T) {
 		"unknown field":   "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {ports: [{port: 80}], selectr: {a: b}}\n",
 		"duplicate field": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\ndata: {c: d}\n",
 		"wrong case":      "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {Replicas: 2}\n",
-		"unknown kind":    "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: x}\n",
+		"unknown kind":    "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: x}\nprovisioner: p\n",
 		"keda unknown":    "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: x}\nspec: {scaleTargetRef: {name: y}, triggers: [], maxReplicas: 3}\n",
 		"monitor unknown": "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: x}\nspec: {selector: {}, endpoints: [{port: m, intervall: 5s}]}\n",
 	}
@@ -261,6 +262,8 @@ type rendered struct {
 	secret  *corev1.Secret
 	svc     *corev1.Service
 	job     *batchv1.Job
+	jobCM   *corev1.ConfigMap // the topics Job's config file, a hook
+	np      *networkingv1.NetworkPolicy
 	pdb     *policyv1.PodDisruptionBudget
 	hpa     *autoscalingv2.HorizontalPodAutoscaler
 	sm      *monitoringv1.ServiceMonitor
@@ -303,17 +306,24 @@ func renderAndDecode(t *testing.T, ch *chart.Chart, vs valueSet) *rendered {
 			kind := fmt.Sprintf("%T", obj)
 			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Labels["grafana_dashboard"] != "" {
 				kind += " (dashboard)"
+			} else if ok && cm.Labels["app.kubernetes.io/component"] == "topics" {
+				kind += " (topics)"
 			}
 			r.byKind[kind] = append(r.byKind[kind], mo)
 			switch o := obj.(type) {
 			case *appsv1.Deployment:
 				r.dep = o
 			case *corev1.ConfigMap:
-				if o.Labels["grafana_dashboard"] != "" {
+				switch {
+				case o.Labels["grafana_dashboard"] != "":
 					r.dash = o
-				} else {
+				case o.Labels["app.kubernetes.io/component"] == "topics":
+					r.jobCM = o
+				default:
 					r.cm = o
 				}
+			case *networkingv1.NetworkPolicy:
+				r.np = o
 			case *monitoringv1.PrometheusRule:
 				r.rule = o
 			case *corev1.Secret:
@@ -387,6 +397,8 @@ func TestChartRendersAndDecodesStrictly(t *testing.T) {
 			t.Run("selectors", func(t *testing.T) { checkSelectors(t, r) })
 			t.Run("processor accepts config and env", func(t *testing.T) { checkProcessorConfig(t, r) })
 			t.Run("topics job", func(t *testing.T) { checkTopicsJob(t, r) })
+			t.Run("network policy", func(t *testing.T) { checkNetworkPolicy(t, r) })
+			t.Run("topology spread", func(t *testing.T) { checkTopologySpread(t, r) })
 			t.Run("kafka security", func(t *testing.T) { checkKafkaSecurity(t, r) })
 			t.Run("alerts", func(t *testing.T) { checkPrometheusRule(t, r) })
 			t.Run("dashboard", func(t *testing.T) { checkDashboard(t, r) })
@@ -412,6 +424,8 @@ func checkFeatures(t *testing.T, r *rendered) {
 		{"ScaledObject", r.valBool("keda.enabled"), r.so != nil},
 		{"PodDisruptionBudget", r.valBool("podDisruptionBudget.enabled"), r.pdb != nil},
 		{"topics Job", r.valBool("topics.ensureJob.enabled"), r.job != nil},
+		{"topics Job ConfigMap", r.valBool("topics.ensureJob.enabled"), r.jobCM != nil},
+		{"NetworkPolicy", r.valBool("networkPolicy.enabled"), r.np != nil},
 		{"Secret", r.valString("secrets.existingSecret") == "", r.secret != nil},
 		{"ServiceAccount", r.valBool("serviceAccount.create"), r.sa != nil},
 	} {
@@ -492,15 +506,11 @@ func checkDeployment(t *testing.T, r *rendered) {
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
 		t.Error("no cpu and memory requests")
 	}
-	if r.valInt("terminationGracePeriodSeconds") > 0 {
-		drain, err := time.ParseDuration(r.valString("config.drainTimeout"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if grace := time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second; grace <= drain {
-			t.Errorf("terminationGracePeriodSeconds %s is not above config.drainTimeout %s: SIGKILL before the drain ends", grace, drain)
-		}
+	if need := shutdownBound(t, r); pod.TerminationGracePeriodSeconds == nil ||
+		time.Duration(*pod.TerminationGracePeriodSeconds)*time.Second < need+5*time.Second {
+		t.Errorf("terminationGracePeriodSeconds %v leaves less than 5s over the longest clean shutdown, %s: SIGKILL before the commit", pod.TerminationGracePeriodSeconds, need)
 	}
+	checkGoMemLimit(t, r, c)
 
 	// Probes: /healthz and /readyz on the port the processor serves them on.
 	port := containerPort(t, c, "metrics")
@@ -873,10 +883,14 @@ func checkTopicsJob(t *testing.T, r *rendered) {
 	}
 	external := []string{r.valString("kafka.tls.existingSecret"), r.valString("kafka.sasl.existingSecret")}
 	for _, v := range pod.Volumes {
+		if v.ConfigMap != nil && r.jobCM != nil && v.ConfigMap.Name == r.jobCM.Name {
+			continue // a hook of its own, made before the Job
+		}
 		if v.Secret == nil || v.Secret.SecretName == "" || !slices.Contains(external, v.Secret.SecretName) {
-			t.Errorf("topics Job volume %s is not a Kafka Secret created beforehand (%v): at pre-install the release's objects do not exist", v.Name, external)
+			t.Errorf("topics Job volume %s is not a Kafka Secret created beforehand (%v) nor the Job's hook ConfigMap: at pre-install the release's objects do not exist", v.Name, external)
 		}
 	}
+	checkJobConfigMap(t, r)
 	for _, e := range pod.Containers[0].Env {
 		if e.ValueFrom != nil && (e.ValueFrom.SecretKeyRef == nil || !slices.Contains(external, e.ValueFrom.SecretKeyRef.Name)) {
 			t.Errorf("topics Job env %s reads %+v, not a Kafka Secret created beforehand", e.Name, e.ValueFrom)
@@ -898,25 +912,51 @@ func checkTopicsJob(t *testing.T, r *rendered) {
 			t.Errorf("topics Job argument %q is no flag of processor topics ensure", a)
 		}
 	}
-	// The Job ensures what the processor would: same brokers, prefix, spec.
-	cfg := map[string]any{}
-	if err := yaml.Unmarshal([]byte(r.cm.Data["processor.yaml"]), &cfg); err != nil {
-		t.Fatal(err)
+	// The Job ensures what the processor would: it reads the processor's
+	// own config file (brokers, prefix, ladders, partitions, retention).
+	if !slices.Equal(rest, []string{"--config=/etc/tierpush/processor.yaml"}) {
+		t.Errorf("topics Job args %q, want only --config=/etc/tierpush/processor.yaml", rest)
 	}
-	for _, k := range []string{"topic-prefix", "partitions", "replication-factor", "retention", "dlq-retention"} {
-		if want := fmt.Sprintf("--%s=%v", k, cfg[k]); !slices.Contains(rest, want) {
-			t.Errorf("topics Job args %q lack %s (as in processor.yaml)", rest, want)
+	var mounted bool
+	for _, m := range c.VolumeMounts {
+		for _, v := range pod.Volumes {
+			mounted = mounted || m.MountPath == "/etc/tierpush" && v.Name == m.Name && v.ConfigMap != nil && r.jobCM != nil && v.ConfigMap.Name == r.jobCM.Name
 		}
 	}
-	if want := "--brokers=" + strings.Join(toStrings(cfg["brokers"]), ","); !slices.Contains(rest, want) {
-		t.Errorf("topics Job args %q lack %s", rest, want)
+	if !mounted {
+		t.Error("/etc/tierpush of the topics Job is not its hook ConfigMap")
 	}
 	jobEnv := map[string]string{}
 	for _, e := range c.Env {
 		jobEnv[e.Name] = e.Value
 	}
 	checkEnvNames(t, "topics Job env", command, jobEnv)
-	checkAccepted(t, "topics Job", c.Args, containerEnv(t, r, pod, c))
+	file := filepath.Join(t.TempDir(), "processor.yaml")
+	if err := os.WriteFile(file, []byte(r.jobCM.Data["processor.yaml"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	checkAccepted(t, "topics Job", append(command, "--config="+file), containerEnv(t, r, pod, c))
+}
+
+// checkJobConfigMap: the topics Job's ConfigMap is a hook made before the
+// Job, holding the processor's config file as it is.
+func checkJobConfigMap(t *testing.T, r *rendered) {
+	if r.jobCM == nil {
+		t.Fatal("the topics Job has no ConfigMap")
+	}
+	hooks := strings.Split(r.jobCM.Annotations["helm.sh/hook"], ",")
+	slices.Sort(hooks)
+	if !slices.Equal(hooks, []string{"pre-install", "pre-upgrade"}) {
+		t.Errorf("topics ConfigMap hooks %v, want pre-install and pre-upgrade (the release's own ConfigMap does not exist yet)", hooks)
+	}
+	cmWeight, _ := strconv.Atoi(r.jobCM.Annotations["helm.sh/hook-weight"])
+	jobWeight, _ := strconv.Atoi(r.job.Annotations["helm.sh/hook-weight"])
+	if cmWeight >= jobWeight {
+		t.Errorf("topics ConfigMap hook weight %d is not below the Job's %d: it may not exist when the Job starts", cmWeight, jobWeight)
+	}
+	if got, want := r.jobCM.Data["processor.yaml"], r.cm.Data["processor.yaml"]; got != want {
+		t.Errorf("the topics Job's config file differs from the processor's:\n%s\nwant\n%s", got, want)
+	}
 }
 
 func toStrings(v any) []string {

@@ -31,7 +31,7 @@ import (
 var wantAlerts = []string{
 	"TierpushDeadLetterRateHigh", "TierpushDueLagGrowing", "TierpushBreakerOpenTooLong", "TierpushRetryLatenessHigh",
 	"TierpushProduceFailing", "TierpushPartitionStuck", "TierpushLedgerStalled", "Tierpush429ShareHigh",
-	"TierpushVAPIDKeyRejected",
+	"TierpushVAPIDKeyRejected", "TierpushProcessorsAbsent", "TierpushBadSignature",
 }
 
 // The dashboard's panels the issue asks for, by title.
@@ -131,6 +131,7 @@ func checkPrometheusRule(t *testing.T, r *rendered) {
 			if s := rule.Labels["severity"]; s != "warning" && s != "critical" {
 				t.Errorf("alert %s severity %q", rule.Alert, s)
 			}
+			checkRunbook(t, r, rule.Alert, rule.Annotations["runbook_url"])
 			for k, v := range asStringMap(r.val("metrics.prometheusRule.alertLabels")) {
 				if rule.Labels[k] != v {
 					t.Errorf("alert %s lacks alertLabels %s=%s", rule.Alert, k, v)

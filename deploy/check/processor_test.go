@@ -97,8 +97,8 @@ func setup(m *testing.M) (int, error) {
 // commandFlags returns the flags a subcommand of the processor accepts,
 // with their defaults as its -h output shows them ("" when none).
 var (
-	flagStart    = regexp.MustCompile(`(?m)^  -([a-z0-9][a-z0-9-]*)\b`)
-	flagDefault  = regexp.MustCompile(`\(default (.*)\)\s*$`)
+	flagStart    = regexp.MustCompile(`(?m)^  --?([a-z0-9][a-z0-9-]*)\b`)
+	flagDefault  = regexp.MustCompile(`(?m)\(default (.*)\)$`)
 	flagsByCmd   = map[string]map[string]string{}
 	flagsByCmdMu sync.Mutex
 )

@@ -2,8 +2,9 @@
 // as the flags (max-in-flight: 2048), the retry ladders under tiers:, and
 // sections such as pacing: whose keys name flags under the section's prefix
 // (pacing: {cut_rate: 0.05} is --pacing-cut-rate). It turns the file into
-// settings — the flag, the value, and the key that named it for errors —
-// and a validated tiers.Policy.
+// settings — the flag, the value, and the key and position that named it
+// for errors — and a validated tiers.Policy. Every error it returns says
+// where in the file (line:column) the mistake is.
 //
 // It knows no flag set and must not read the environment or set a flag:
 // the command applies the settings with the precedence of its flags and
@@ -19,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v2"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/tierpush/tierpush/tiers"
 )
@@ -37,9 +38,42 @@ type Setting struct {
 	// Alias is the flag to set when Flag does not exist: for enabled
 	// under a section, the section's flag; otherwise empty.
 	Alias string
-	// Value is the text the flag is set to; a list gives one Setting
-	// per element, for repeatable flags.
+	// Value is the text the flag is set to, as the file writes it; a list
+	// gives one Setting per element, for repeatable flags.
 	Value string
+	// Pos is where the key is (a list element: where the element is).
+	Pos Pos
+}
+
+// Pos is a place in the file, from 1:1.
+type Pos struct{ Line, Column int }
+
+func (p Pos) String() string {
+	if p.Column == 0 {
+		return strconv.Itoa(p.Line)
+	}
+	return strconv.Itoa(p.Line) + ":" + strconv.Itoa(p.Column)
+}
+
+// Error is a mistake at a place in the file: "12:5: tiers.tier2.steps[1]:
+// 500ms, want at least 1s". Parse joins them; the command prefixes the
+// file's name.
+type Error struct {
+	Pos Pos
+	Err error
+}
+
+func (e *Error) Error() string { return e.Pos.String() + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// At is an Error at p: the command's own errors about a Setting (an
+// unknown key, a value its flag refuses).
+func At(p Pos, err error) error { return &Error{Pos: p, Err: err} }
+
+func posOf(n *yaml.Node) Pos { return Pos{Line: n.Line, Column: n.Column} }
+
+func errAt(n *yaml.Node, format string, args ...any) error {
+	return &Error{Pos: posOf(n), Err: fmt.Errorf(format, args...)}
 }
 
 // File is what a --config file holds.
@@ -61,27 +95,36 @@ func Read(path string) (*File, error) {
 	return Parse(f)
 }
 
-// Parse parses a config file. Its error lists every key at fault, each
-// named as the file writes it and saying what was wanted.
+// Parse parses a config file. Its error lists every key at fault, each an
+// *Error at its place, named as the file writes it and saying what was
+// wanted.
 func Parse(r io.Reader) (*File, error) {
-	var doc yaml.MapSlice
-	if err := yaml.NewDecoder(r).Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("not YAML: %w", err)
-	}
 	f := &File{Tiers: tiers.DefaultPolicy()}
+	var doc yaml.Node
+	if err := yaml.NewDecoder(r).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return f, nil // an empty file
+		}
+		return nil, syntaxError(err)
+	}
+	root := resolve(&doc)
+	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
+		root = resolve(root.Content[0])
+	}
+	if isNull(root) {
+		return f, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, errAt(root, "want a map of keys (the flags' names) to values, got %s", describe(root))
+	}
 	var errs []error
-	for _, item := range doc {
-		key := fmt.Sprint(item.Key)
-		if key == "tiers" {
-			errs = append(errs, f.tiers(item.Value)...)
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], resolve(root.Content[i+1])
+		if k.Value == "tiers" {
+			errs = append(errs, f.tiers(v)...)
 			continue
 		}
-		errs = append(errs, f.settings(key, flagName(key), item.Value)...)
-	}
-	if len(errs) == 0 {
-		if err := f.Tiers.Validate(); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, f.settings(k, k.Value, flagName(k.Value), v)...)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -89,176 +132,244 @@ func Parse(r io.Reader) (*File, error) {
 	return f, nil
 }
 
+// syntaxError turns the parser's "yaml: line 3: …" into an Error at that
+// line (the parser gives no column).
+func syntaxError(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	var line int
+	if _, serr := fmt.Sscanf(msg, "line %d:", &line); serr == nil {
+		_, rest, _ := strings.Cut(msg, ": ")
+		return &Error{Pos: Pos{Line: line}, Err: fmt.Errorf("not YAML: %s", rest)}
+	}
+	return &Error{Pos: Pos{Line: 1}, Err: fmt.Errorf("not YAML: %s", msg)}
+}
+
+// resolve follows an alias (*name) to the node it names.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" || n.Kind == 0
+}
+
 // flagName is the flag a key names: '_' reads as '-'.
 func flagName(key string) string { return strings.ReplaceAll(key, "_", "-") }
 
-// settings adds the flag values of key: a scalar sets the flag, a list
-// sets it once per element, and a map is a section whose keys name flags
-// under its prefix.
-func (f *File) settings(key, flag string, v any) []error {
-	switch v := v.(type) {
-	case yaml.MapSlice:
+// settings adds the flag values of key (at k): a scalar sets the flag, a
+// list sets it once per element, and a map is a section whose keys name
+// flags under its prefix.
+func (f *File) settings(k *yaml.Node, key, flag string, v *yaml.Node) []error {
+	switch v.Kind {
+	case yaml.MappingNode:
 		var errs []error
-		for _, item := range v {
-			sub := fmt.Sprint(item.Key)
+		for i := 0; i+1 < len(v.Content); i += 2 {
+			sk, sv := v.Content[i], resolve(v.Content[i+1])
 			before := len(f.Settings)
-			errs = append(errs, f.settings(key+"."+sub, flag+"-"+flagName(sub), item.Value)...)
-			if sub == "enabled" {
-				for i := before; i < len(f.Settings); i++ {
-					f.Settings[i].Alias = flag
+			errs = append(errs, f.settings(sk, key+"."+sk.Value, flag+"-"+flagName(sk.Value), sv)...)
+			if sk.Value == "enabled" {
+				for j := before; j < len(f.Settings); j++ {
+					f.Settings[j].Alias = flag
 				}
 			}
 		}
 		return errs
-	case []any:
+	case yaml.SequenceNode:
 		var errs []error
-		for i, e := range v {
+		for i, e := range v.Content {
+			e = resolve(e)
+			ekey := fmt.Sprintf("%s[%d]", key, i)
 			s, err := scalar(e)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s[%d]: %w", key, i, err))
+				errs = append(errs, errAt(e, "%s: %w", ekey, err))
 				continue
 			}
-			f.Settings = append(f.Settings, Setting{Key: fmt.Sprintf("%s[%d]", key, i), Flag: flag, Value: s})
+			f.Settings = append(f.Settings, Setting{Key: ekey, Flag: flag, Value: s, Pos: posOf(e)})
 		}
 		return errs
 	}
 	s, err := scalar(v)
 	if err != nil {
-		return []error{fmt.Errorf("%s: %w", key, err)}
+		return []error{errAt(k, "%s: %w", key, err)}
 	}
-	f.Settings = append(f.Settings, Setting{Key: key, Flag: flag, Value: s})
+	f.Settings = append(f.Settings, Setting{Key: key, Flag: flag, Value: s, Pos: posOf(k)})
 	return nil
 }
 
-// scalar is the text of a YAML scalar; an empty value is "".
-func scalar(v any) (string, error) {
-	switch v := v.(type) {
-	case nil:
+// scalar is the text of a YAML scalar as written; an empty value is "".
+func scalar(n *yaml.Node) (string, error) {
+	switch {
+	case isNull(n):
 		return "", nil
-	case string:
-		return v, nil
-	case bool:
-		return strconv.FormatBool(v), nil
-	case int:
-		return strconv.Itoa(v), nil
-	case int64:
-		return strconv.FormatInt(v, 10), nil
-	case uint64:
-		return strconv.FormatUint(v, 10), nil
-	case float64:
-		return strconv.FormatFloat(v, 'g', -1, 64), nil
+	case n.Kind == yaml.ScalarNode:
+		return n.Value, nil
 	}
-	return "", fmt.Errorf("want a single value, got %s", describe(v))
+	return "", fmt.Errorf("want a single value, got %s", describe(n))
 }
 
 // describe names what a YAML value is, for errors.
-func describe(v any) string {
-	switch v := v.(type) {
-	case yaml.MapSlice:
+func describe(n *yaml.Node) string {
+	switch {
+	case n.Kind == yaml.MappingNode:
 		return "a map"
-	case []any:
+	case n.Kind == yaml.SequenceNode:
 		return "a list"
-	case string:
-		return strconv.Quote(v)
+	case isNull(n):
+		return "nothing"
+	case n.ShortTag() == "!!str":
+		return strconv.Quote(n.Value)
 	default:
-		return fmt.Sprint(v)
+		return n.Value
 	}
 }
 
-// tiers reads the tiers: section over the default policy.
-func (f *File) tiers(v any) []error {
-	if v == nil {
+// tiers reads the tiers: section over the default policy, and checks each
+// ladder it names.
+func (f *File) tiers(v *yaml.Node) []error {
+	if isNull(v) {
 		return nil
 	}
-	m, ok := v.(yaml.MapSlice)
-	if !ok {
-		return []error{fmt.Errorf("tiers: want a map of tier1, tier2 or tier3 to its ladder, got %s", describe(v))}
+	if v.Kind != yaml.MappingNode {
+		return []error{errAt(v, "tiers: want a map of tier1, tier2 or tier3 to its ladder, got %s", describe(v))}
 	}
 	var errs []error
-	for _, item := range m {
-		name := fmt.Sprint(item.Key)
-		t, err := tiers.Parse(name)
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, lv := v.Content[i], resolve(v.Content[i+1])
+		t, err := tiers.Parse(k.Value)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("tiers.%s: unknown tier, want tier1, tier2 or tier3", name))
+			errs = append(errs, errAt(k, "tiers.%s: unknown tier, want tier1, tier2 or tier3", k.Value))
 			continue
 		}
-		errs = append(errs, ladder("tiers."+name, item.Value, f.Tiers.Ladder(t))...)
+		key := "tiers." + k.Value
+		fields, lerrs := ladder(key, lv, f.Tiers.Ladder(t))
+		if len(lerrs) > 0 {
+			errs = append(errs, lerrs...)
+			continue
+		}
+		errs = append(errs, placed(f.Tiers.Ladder(t).Validate(key), k, fields)...)
 	}
 	return errs
 }
 
-// ladder reads one tier's ladder over l: the fields given replace l's.
-func ladder(key string, v any, l *tiers.Ladder) []error {
-	if v == nil {
+// ladderFields are the nodes of a ladder's fields, to place its range
+// errors.
+type ladderFields struct {
+	steps       *yaml.Node // the key
+	stepValues  []*yaml.Node
+	maxAttempts *yaml.Node
+	weight      *yaml.Node
+}
+
+// placed puts each *tiers.FieldError of err at its field's node, the tier's
+// key when the file left the field out.
+func placed(err error, tier *yaml.Node, f ladderFields) []error {
+	if err == nil {
 		return nil
 	}
-	m, ok := v.(yaml.MapSlice)
-	if !ok {
-		return []error{fmt.Errorf("%s: want a map with steps, max_attempts and weight, got %s", key, describe(v))}
+	var out []error
+	for _, e := range unjoin(err) {
+		n := tier
+		var fe *tiers.FieldError
+		if errors.As(e, &fe) {
+			switch {
+			case fe.Field == "steps" && fe.Index >= 0 && fe.Index < len(f.stepValues):
+				n = f.stepValues[fe.Index]
+			case fe.Field == "steps" && f.steps != nil:
+				n = f.steps
+			case fe.Field == "max_attempts" && f.maxAttempts != nil:
+				n = f.maxAttempts
+			case fe.Field == "weight" && f.weight != nil:
+				n = f.weight
+			}
+		}
+		out = append(out, &Error{Pos: posOf(n), Err: e})
+	}
+	return out
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// ladder reads one tier's ladder over l: the fields given replace l's.
+func ladder(key string, v *yaml.Node, l *tiers.Ladder) (ladderFields, []error) {
+	var fields ladderFields
+	if isNull(v) {
+		return fields, nil
+	}
+	if v.Kind != yaml.MappingNode {
+		return fields, []error{errAt(v, "%s: want a map with steps, max_attempts and weight, got %s", key, describe(v))}
 	}
 	var errs []error
-	for _, item := range m {
-		field := fmt.Sprint(item.Key)
-		k := key + "." + field
-		switch field {
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		fk, fv := v.Content[i], resolve(v.Content[i+1])
+		k := key + "." + fk.Value
+		switch fk.Value {
 		case "steps":
-			steps, err := durations(k, item.Value)
-			if err != nil {
-				errs = append(errs, err)
+			fields.steps = fk
+			steps, nodes, serrs := durations(k, fk, fv)
+			if len(serrs) > 0 {
+				errs = append(errs, serrs...)
 				continue
 			}
-			l.Steps = steps
+			l.Steps, fields.stepValues = steps, nodes
 		case "max_attempts":
-			n, err := wholeNumber(k, item.Value)
+			fields.maxAttempts = fk
+			n, err := wholeNumber(k, fk, fv)
 			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
 			l.MaxAttempts = n
 		case "weight":
-			n, err := wholeNumber(k, item.Value)
+			fields.weight = fk
+			n, err := wholeNumber(k, fk, fv)
 			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
 			l.Weight = n
 		default:
-			errs = append(errs, fmt.Errorf("%s: unknown key, want steps, max_attempts or weight", k))
+			errs = append(errs, errAt(fk, "%s: unknown key, want steps, max_attempts or weight", k))
 		}
 	}
-	return errs
+	return fields, errs
 }
 
 // durations reads a list of Go durations such as [2s, 8s, 1m30s].
-func durations(key string, v any) ([]time.Duration, error) {
-	list, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("%s: want a list of durations like [2s, 8s, 60s], got %s", key, describe(v))
+func durations(key string, k, v *yaml.Node) ([]time.Duration, []*yaml.Node, []error) {
+	if v.Kind != yaml.SequenceNode {
+		return nil, nil, []error{errAt(k, "%s: want a list of durations like [2s, 8s, 60s], got %s", key, describe(v))}
 	}
 	var errs []error
-	steps := make([]time.Duration, 0, len(list))
-	for i, e := range list {
-		s, ok := e.(string)
-		d, err := time.ParseDuration(s)
-		if !ok || err != nil {
-			errs = append(errs, fmt.Errorf("%s[%d]: want a duration like 5s, got %s", key, i, describe(e)))
+	steps := make([]time.Duration, 0, len(v.Content))
+	nodes := make([]*yaml.Node, 0, len(v.Content))
+	for i, e := range v.Content {
+		e = resolve(e)
+		d, err := time.ParseDuration(e.Value)
+		if e.Kind != yaml.ScalarNode || err != nil {
+			errs = append(errs, errAt(e, "%s[%d]: want a duration like 5s, got %s", key, i, describe(e)))
 			continue
 		}
 		steps = append(steps, d)
+		nodes = append(nodes, e)
 	}
-	return steps, errors.Join(errs...)
+	return steps, nodes, errs
 }
 
 // wholeNumber reads an integer, also when quoted ("3", as templates
 // often write values).
-func wholeNumber(key string, v any) (int, error) {
-	switch v := v.(type) {
-	case int:
-		return v, nil
-	case string:
-		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+func wholeNumber(key string, k, v *yaml.Node) (int, error) {
+	if v.Kind == yaml.ScalarNode {
+		if n, err := strconv.Atoi(strings.TrimSpace(v.Value)); err == nil {
 			return n, nil
 		}
 	}
-	return 0, fmt.Errorf("%s: want a whole number, got %s", key, describe(v))
+	return 0, errAt(k, "%s: want a whole number, got %s", key, describe(v))
 }

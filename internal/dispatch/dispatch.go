@@ -11,20 +11,15 @@ package dispatch
 import (
 	"bytes"
 	"context"
-	"crypto/ecdh"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"math/big"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,13 +41,6 @@ type Sender interface {
 	// default identity. An event whose app it has none for must not be
 	// sent: no key would match its subscription.
 	Signs(app string) bool
-}
-
-// VAPID is the application server identity (RFC 8292).
-type VAPID struct {
-	PublicKey  string // base64url uncompressed P-256 point
-	PrivateKey string // base64url 32-byte scalar
-	Subject    string // "mailto:ops@example.com", a bare address, or an https URL
 }
 
 // Config tunes the sender. Zero fields take the documented defaults.
@@ -89,80 +77,6 @@ func (c *Config) defaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-}
-
-// ValidateVAPID checks the default identity's key pair and subject, naming
-// the flag at fault. Its errors never hold a key.
-func ValidateVAPID(v VAPID) error {
-	return checkIdentity(v, identityFields{"--vapid-public-key", "--vapid-private-key", "--vapid-subject"}, false)
-}
-
-// ValidateApp checks the identity of app as --vapid-keys gives it: the name
-// (event.CheckApp, and not event.DefaultApp), the key pair, and a subject
-// that is a mailto: or https: URL. Errors name the app and the field
-// ("shop.private_key: …") and never hold a key.
-func ValidateApp(app string, v VAPID) error {
-	if err := event.CheckApp(app); err != nil {
-		return fmt.Errorf("app name %s: %w", quoteName(app), err)
-	}
-	if app == event.DefaultApp {
-		return fmt.Errorf("app name %q: names the default identity (--vapid-*); give the app another name", app)
-	}
-	return checkIdentity(v, identityFields{app + ".public_key", app + ".private_key", app + ".subject"}, true)
-}
-
-// identityFields name the three parts of an identity in errors.
-type identityFields struct{ public, private, subject string }
-
-func checkIdentity(v VAPID, f identityFields, strictSubject bool) error {
-	pub, err := decodeKey(v.PublicKey)
-	switch {
-	case v.PublicKey == "":
-		return fmt.Errorf("%s: missing; want a base64url uncompressed P-256 point (65 bytes)", f.public)
-	case err != nil:
-		return fmt.Errorf("%s: not base64url; want an uncompressed P-256 point (65 bytes)", f.public)
-	case len(pub) != 65 || pub[0] != 4:
-		return fmt.Errorf("%s: %d bytes, want a base64url uncompressed P-256 point (65 bytes, starting 0x04)", f.public, len(pub))
-	}
-	if _, err := ecdh.P256().NewPublicKey(pub); err != nil {
-		return fmt.Errorf("%s: not a point on P-256", f.public)
-	}
-	priv, err := decodeKey(v.PrivateKey)
-	switch {
-	case v.PrivateKey == "":
-		return fmt.Errorf("%s: missing; want a base64url 32-byte P-256 private key", f.private)
-	case err != nil:
-		return fmt.Errorf("%s: not base64url; want a 32-byte P-256 private key", f.private)
-	case len(priv) != 32:
-		return fmt.Errorf("%s: %d bytes, want a base64url 32-byte P-256 private key", f.private, len(priv))
-	}
-	k, err := ecdh.P256().NewPrivateKey(priv)
-	if err != nil {
-		return fmt.Errorf("%s: not a valid P-256 private key", f.private)
-	}
-	if !bytes.Equal(k.PublicKey().Bytes(), pub) {
-		return fmt.Errorf("%s: does not match %s", f.private, f.public)
-	}
-	s := v.Subject
-	switch {
-	case s == "":
-		return fmt.Errorf("%s: missing; want mailto:address or an https URL", f.subject)
-	case strings.HasPrefix(s, "https://") && len(s) > len("https://"):
-	case strings.HasPrefix(s, "mailto:") && strings.Contains(s[len("mailto:"):], "@"):
-	case !strictSubject && !strings.HasPrefix(s, "mailto:") && strings.Contains(s, "@"):
-		// A bare address, as the flag has always taken it.
-	default:
-		return fmt.Errorf("%s: want mailto:address or an https URL", f.subject)
-	}
-	return nil
-}
-
-// quoteName quotes at most 64 bytes of an app name for an error.
-func quoteName(s string) string {
-	if len(s) > event.MaxAppLen {
-		return strconv.Quote(s[:event.MaxAppLen]) + "…"
-	}
-	return strconv.Quote(s)
 }
 
 // WebPush is the Web Push Sender.
@@ -237,10 +151,10 @@ func New(cfg Config, hc *http.Client) (*WebPush, error) {
 }
 
 func (w *WebPush) newCache(v VAPID) *vapidCache {
-	priv, _ := decodeKey(v.PrivateKey)
+	k, _ := parseIdentity(v, identityFields{}, false) // New validated v
 	return &vapidCache{
-		key:      privateKey(priv),
-		pub:      strings.TrimRight(v.PublicKey, "="),
+		key:      k.private,
+		pub:      k.public,
 		subject:  subjectClaim(v.Subject),
 		lifetime: w.cfg.JWTLifetime,
 		refresh:  w.cfg.JWTRefresh,
@@ -495,23 +409,6 @@ func (v *vapidCache) header(scheme, host string) ([]string, error) {
 	}
 	v.byAud[key] = h
 	return h.value, nil
-}
-
-func subjectClaim(s string) string {
-	if strings.HasPrefix(s, "https:") || strings.HasPrefix(s, "mailto:") {
-		return s
-	}
-	return "mailto:" + s
-}
-
-func decodeKey(s string) ([]byte, error) {
-	return base64.RawURLEncoding.DecodeString(strings.TrimRight(s, "="))
-}
-
-func privateKey(d []byte) *ecdsa.PrivateKey {
-	c := elliptic.P256()
-	x, y := c.ScalarBaseMult(d)
-	return &ecdsa.PrivateKey{PublicKey: ecdsa.PublicKey{Curve: c, X: x, Y: y}, D: new(big.Int).SetBytes(d)}
 }
 
 // HTTPConfig tunes the shared HTTP client.

@@ -233,6 +233,15 @@ func TestPlan(t *testing.T) {
 		{"bad signature allowed", with(func(d *dead) { d.reason = topology.ReasonBadSignature }), Filter{}, Options{IncludeBadSignature: true}, Decision{Topic: "push.tier2", Count: 1}, ""},
 		{"no tier", with(func(d *dead) { d.source = "" }), Filter{}, Options{}, Decision{Skip: SkipNoTier}, ""},
 		{"unreadable count", badCount, Filter{}, Options{}, Decision{Skip: SkipBadCount}, ""},
+		{"invalid event would fail", with(func(d *dead) { d.reason = topology.ReasonInvalidEvent }), Filter{}, Options{}, Decision{Skip: SkipWouldFail}, ""},
+		{"blocked endpoint would fail", with(func(d *dead) { d.reason = topology.ReasonEndpointBlocked }), Filter{}, Options{}, Decision{Skip: SkipWouldFail}, ""},
+		{"too large would fail", with(func(d *dead) { d.reason = topology.ReasonPayloadTooLarge }), Filter{}, Options{}, Decision{Skip: SkipWouldFail}, ""},
+		{"rejected would fail", with(func(d *dead) { d.reason = topology.ReasonRejected }), Filter{}, Options{}, Decision{Skip: SkipWouldFail}, ""},
+		{"would fail, another reason named", with(func(d *dead) { d.reason = topology.ReasonRejected }), Filter{Reasons: []topology.Reason{topology.ReasonRejected, topology.ReasonMaxAttempts}}, Options{}, Decision{Topic: "push.tier2", Count: 1}, ""},
+		{"would fail, its reason not named", with(func(d *dead) { d.reason = topology.ReasonRejected }), Filter{Reasons: []topology.Reason{topology.ReasonInvalidEvent}}, Options{}, Decision{Skip: SkipFiltered}, ""},
+		{"ttl expired may succeed", with(func(d *dead) { d.reason = topology.ReasonTTLExpired }), Filter{}, Options{}, Decision{Topic: "push.tier2", Count: 1}, ""},
+		{"unknown app may succeed", with(func(d *dead) { d.reason = topology.ReasonUnknownApp }), Filter{}, Options{}, Decision{Topic: "push.tier2", Count: 1}, ""},
+		{"vapid rejected may succeed", with(func(d *dead) { d.reason = topology.ReasonVAPIDRejected }), Filter{}, Options{}, Decision{Topic: "push.tier2", Count: 1}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

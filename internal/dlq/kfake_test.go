@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"testing"
@@ -261,12 +262,12 @@ func TestRedriveDryRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	sort.Strings(would)
-	if want := sorted("fcm-503", "fcm-429", "fcm-413"); !slices.Equal(would, want) {
+	if want := sorted("fcm-503", "fcm-429"); !slices.Equal(would, want) {
 		t.Errorf("dry run would redrive %v, want %v", would, want)
 	}
-	wantSkipped := map[Skip]int{SkipFiltered: 2, SkipBadSignature: 1, SkipLoopGuard: 1}
-	if rep.Total != int64(len(fixture)) || rep.Scanned != len(fixture) || rep.Redriven != 3 || !mapsEqual(rep.Skipped, wantSkipped) {
-		t.Errorf("report %+v, want total and scanned %d, 3 redriven, skipped %v", rep, len(fixture), wantSkipped)
+	wantSkipped := map[Skip]int{SkipFiltered: 2, SkipBadSignature: 1, SkipLoopGuard: 1, SkipWouldFail: 1}
+	if rep.Total != int64(len(fixture)) || rep.Scanned != len(fixture) || rep.Redriven != 2 || !mapsEqual(rep.Skipped, wantSkipped) {
+		t.Errorf("report %+v, want total and scanned %d, 2 redriven, skipped %v", rep, len(fixture), wantSkipped)
 	}
 	if got := tierRecords(ctx, t, env); len(got) != 0 {
 		t.Errorf("dry run produced %d records", len(got))
@@ -280,7 +281,7 @@ func TestRedriveDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Redriven != 3 || !mapsEqual(rep.Skipped, wantSkipped) {
+	if rep.Redriven != 2 || !mapsEqual(rep.Skipped, wantSkipped) {
 		t.Errorf("real run: %+v", rep)
 	}
 	if got := ids(tierRecords(ctx, t, env)); !slices.Equal(got, would) {
@@ -318,12 +319,12 @@ func TestRedrive(t *testing.T) {
 	}{
 		"fcm-503": {"push.tier1", "1"},
 		"fcm-429": {"push.tier2", "1"},
-		"moz-400": {"push.tier1", "1"},
 		"moz-ttl": {"push.tier3", "1"},
-		"fcm-413": {"push.tier3", "1"},
 	}
-	if rep.Redriven != len(want) || rep.Skipped[SkipBadSignature] != 1 || rep.Skipped[SkipLoopGuard] != 1 {
-		t.Errorf("report %+v", rep)
+	wantFail := map[topology.Reason]int{topology.ReasonRejected: 1, topology.ReasonPayloadTooLarge: 1}
+	if rep.Redriven != len(want) || rep.Skipped[SkipBadSignature] != 1 || rep.Skipped[SkipLoopGuard] != 1 ||
+		rep.Skipped[SkipWouldFail] != 2 || !maps.Equal(rep.WouldFail, wantFail) {
+		t.Errorf("report %+v, want %d redriven, would_fail %v", rep, len(want), wantFail)
 	}
 	byID := make(map[string]dead)
 	for _, d := range fixture {
@@ -370,6 +371,15 @@ func TestRedrive(t *testing.T) {
 	}
 	if rep.Redriven != 1 || rep.ByTier[tiers.Tier1] != 1 {
 		t.Errorf("bad-signature run: %+v", rep)
+	}
+
+	// A reason that would fail again is redriven when the filter names it.
+	rep, err = Redrive(ctx, cl, names, Filter{Reasons: []topology.Reason{topology.ReasonRejected}}, Options{Group: "after-the-fix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Redriven != 1 || rep.ByTier[tiers.Tier1] != 1 || rep.Skipped[SkipWouldFail] != 0 {
+		t.Errorf("named-reason run: %+v, want moz-400 redriven", rep)
 	}
 }
 
@@ -462,8 +472,8 @@ func TestRedriveLimiterPacesOnlyRedrivenRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Redriven != 3 || l.n != rep.Redriven {
-		t.Errorf("%d redriven, limiter waited %d times; want 3 and 3", rep.Redriven, l.n)
+	if rep.Redriven != 2 || l.n != rep.Redriven {
+		t.Errorf("%d redriven, limiter waited %d times; want 2 and 2 (moz-400 would fail again)", rep.Redriven, l.n)
 	}
 }
 
@@ -542,7 +552,8 @@ func TestRedriveLoopGuardAcrossCycles(t *testing.T) {
 						t.Fatalf("cycle %d: DLQ record %s %s redrive count %d tier %v, want boomerang %s count %d %v",
 							cycle, d.EventID, d.Meta.Reason, d.Meta.RedriveCount, d.Tier, tt.reason, cycle, tt.tier)
 					}
-					rep, err := Redrive(ctx, cl, names, Filter{}, Options{})
+					// Named, so that a rejected event is redriven too.
+					rep, err := Redrive(ctx, cl, names, Filter{Reasons: []topology.Reason{tt.reason}}, Options{})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -582,7 +593,7 @@ func TestRedriveKeepsApp(t *testing.T) {
 				t.Errorf("--app %s lists %v, want %v", app, got, want)
 			}
 		}
-		rep, err := Redrive(ctx, cl, names, Filter{Apps: []string{"shop"}}, Options{})
+		rep, err := Redrive(ctx, cl, names, Filter{Apps: []string{"shop"}, Reasons: []topology.Reason{topology.ReasonRejected}}, Options{})
 		if err != nil || rep.Redriven != 1 {
 			t.Fatalf("Redrive = %+v, %v; want 1 redriven", rep, err)
 		}

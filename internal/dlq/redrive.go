@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -98,7 +99,29 @@ const (
 	SkipBadCount     Skip = "bad_count"     // push-redrive-count unreadable: the loop guard cannot tell
 	SkipBadSignature Skip = "bad_signature" // possibly forged; needs IncludeBadSignature
 	SkipLoopGuard    Skip = "loop_guard"    // redriven MaxRedrives times already
+	SkipWouldFail    Skip = "would_fail"    // its reason cannot succeed again (WouldFailAgain) and the filter does not name it
 )
+
+// wouldFail are the reasons whose event, sent again as it is, meets the
+// same answer: the processor or the push service refused the event itself,
+// not the moment. A redrive passes them over unless its filter names the
+// reason (after the endpoint policy or the event's producer was fixed).
+// The others can succeed later: max_attempts and the VAPID reasons once the
+// push service or the keys are right again, ttl_expired with a fresh TTL
+// (an event without created_at counts its TTL from the redriven record).
+var wouldFail = map[topology.Reason]string{
+	topology.ReasonInvalidEvent:    "the event does not decode or breaks a rule: the processor refuses it again",
+	topology.ReasonEndpointBlocked: "the endpoint policy refuses its endpoint again",
+	topology.ReasonPayloadTooLarge: "its payload is over the push service's limit again",
+	topology.ReasonRejected:        "the push service refused the request itself (4xx): the same request meets the same answer",
+}
+
+// WouldFailAgain reports whether an event dead-lettered for reason would
+// fail the same way if redriven unchanged, and says why.
+func WouldFailAgain(reason topology.Reason) (why string, ok bool) {
+	why, ok = wouldFail[reason]
+	return why, ok
+}
 
 // Decision is what Redrive does with one record.
 type Decision struct {
@@ -121,6 +144,9 @@ func Plan(r *Record, f *Filter, names topology.Names, o *Options) Decision {
 		return Decision{Skip: SkipBadSignature}
 	case r.Meta.RedriveCount >= o.MaxRedrives:
 		return Decision{Skip: SkipLoopGuard}
+	}
+	if _, hopeless := WouldFailAgain(r.Meta.Reason); hopeless && !slices.Contains(f.Reasons, r.Meta.Reason) {
+		return Decision{Skip: SkipWouldFail}
 	}
 	return Decision{Topic: names.Tier(r.Tier), Count: r.Meta.RedriveCount + 1}
 }
@@ -172,6 +198,8 @@ type Report struct {
 	Redriven int
 	ByTier   map[tiers.Tier]int
 	Skipped  map[Skip]int
+	// WouldFail counts by reason the records passed over as SkipWouldFail.
+	WouldFail map[topology.Reason]int
 	// LimitReached is true when the run stopped at Options.Limit.
 	LimitReached bool
 }
@@ -196,7 +224,7 @@ func Redrive(ctx context.Context, cl *kgo.Client, names topology.Names, f Filter
 	}
 	o = o.withDefaults()
 	rd := &redrive{cl: cl, names: names, f: &f, o: &o,
-		rep: Report{ByTier: make(map[tiers.Tier]int), Skipped: make(map[Skip]int)}}
+		rep: Report{ByTier: make(map[tiers.Tier]int), Skipped: make(map[Skip]int), WouldFail: make(map[topology.Reason]int)}}
 	switch {
 	case o.Limiter != nil:
 		rd.limiter = o.Limiter
@@ -347,6 +375,9 @@ func (rd *redrive) count(res Result) error {
 	rd.rep.Scanned++
 	if res.Action == ActionSkipped {
 		rd.rep.Skipped[res.Skip]++
+		if res.Skip == SkipWouldFail {
+			rd.rep.WouldFail[res.Record.Meta.Reason]++
+		}
 	} else {
 		rd.rep.Redriven++
 		rd.rep.ByTier[res.Record.Tier]++

@@ -226,3 +226,29 @@ Service carries.
 {{- define "tierpush.promSelector" -}}
 {{- .Values.metrics.selector | default (printf "namespace=%q,service=%q" .Release.Namespace (include "tierpush.fullname" .)) }}
 {{- end }}
+
+{{/*
+GOMEMLIMIT: 90% of resources.limits.memory, in bytes. The limit must be a
+whole number with a binary or decimal suffix (512Mi, 1Gi, 500M) or none.
+*/}}
+{{- define "tierpush.goMemLimit" -}}
+{{- $q := .Values.resources.limits.memory }}
+{{- $q = kindIs "float64" $q | ternary (printf "%.0f" $q) (toString $q) }}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 }}
+{{- $n := regexFind "^[0-9]+" $q }}
+{{- $unit := trimPrefix $n $q }}
+{{- if or (not $n) (not (hasKey $units $unit)) }}
+{{- fail (printf "resources.limits.memory %q: want a whole number with Ki, Mi, Gi, Ti, k, M, G or T (GOMEMLIMIT is set to 90%% of it)" $q) }}
+{{- end }}
+{{- div (mul (int64 $n) (index $units $unit) 9) 10 }}
+{{- end }}
+
+{{/* The Kafka ports of kafka.brokers (host:port), each once. */}}
+{{- define "tierpush.kafkaPorts" -}}
+{{- $ports := list }}
+{{- range .Values.kafka.brokers }}
+{{- $port := regexFind "[0-9]+$" . | default "9092" }}
+{{- if not (has $port $ports) }}{{ $ports = append $ports $port }}{{ end }}
+{{- end }}
+{{- join "," $ports }}
+{{- end }}
