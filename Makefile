@@ -14,10 +14,14 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/processor
 
-# The processor on the embedded broker with the push simulator, a sample
-# workload and a live status table. Ctrl-C stops it cleanly.
-run:
-	$(GO) run ./cmd/processor --dev
+# The processor on the embedded broker with two push simulators, a sample
+# workload and a live status table that says where everything listens; logs
+# go to $(DEV_DATA)/processor.log. Ctrl-C stops it cleanly and exits 0: on a
+# terminal the binary runs as its own foreground job, so the interrupt
+# reaches it alone and not make.
+DEV_DATA ?= data
+run: build
+	@if [ -t 0 ]; then bash -c 'set -m; $(BIN) --dev --data-dir $(DEV_DATA) & fg %1 >/dev/null'; else exec $(BIN) --dev --data-dir $(DEV_DATA); fi
 
 # Every test, with the race detector: unit, fuzz seed corpora, the
 # synctest pipeline tests, and the subprocess crash and kcat tests.
