@@ -181,7 +181,9 @@ func runRateLimited(t *testing.T, r *rateLimitRun) {
 // goodput at least 90% of L, and every event still ends.
 func TestPacingRateLimitedOrigin(t *testing.T) {
 	on := &rateLimitRun{limit: 200, offered: 800, seconds: 30, pacing: true}
-	if *pacingReport != "" {
+	if *pacingReport == "" {
+		testenv.Long(t, "30 s of a limited origin offered four times its limit, pacing on and off")
+	} else {
 		on = &rateLimitRun{limit: 500, offered: 2000, seconds: 60, pacing: true}
 	}
 	runRateLimited(t, on)
