@@ -37,8 +37,8 @@ func runDev(ctx context.Context, cfg Config, _ *slog.Logger, stdout io.Writer) e
 		return err
 	}
 	cfg.Brokers = nil
-	if err := state.save(cfg.DataDir); err != nil {
-		return err
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
 	}
 	// Logs would scroll the status table away: they go to a file.
 	logPath := filepath.Join(cfg.DataDir, "processor.log")
@@ -59,6 +59,11 @@ func runDev(ctx context.Context, cfg Config, _ *slog.Logger, stdout io.Writer) e
 	limited.Latency, limited.LatencyJitter = 10*time.Millisecond, 20*time.Millisecond
 
 	var sims []*pushsim.Server
+	where := devWhere{Broker: cfg.EmbeddedAddr, HTTP: cfg.HTTPAddr, Logs: logPath}
+	what := []string{
+		fmt.Sprintf("failure mix: %g%% 503, %g%% 429, %g%% 410, %g%% 500", 100*mix.Fail503, 100*mix.Fail429, 100*mix.Fail410, 100*mix.Fail500),
+		fmt.Sprintf("allows %d requests/s, offered %d/s", devLimit, devRate/2),
+	}
 	for i, sc := range []pushsim.Config{mix, limited} {
 		sc.KeepDeliveries = 1000 // a long dev run must not grow without bound
 		s, err := pushsim.New(sc, log)
@@ -73,11 +78,11 @@ func runDev(ctx context.Context, cfg Config, _ *slog.Logger, stdout io.Writer) e
 		defer s.Close(context.Background())
 		sims = append(sims, s)
 		cfg.AllowInsecure = append(cfg.AllowInsecure, ln.Addr().String())
+		where.Sims = append(where.Sims, fmt.Sprintf("http://%s (%s)", ln.Addr(), what[i]))
 	}
 	if err := state.save(cfg.DataDir); err != nil {
 		return err
 	}
-	where := devWhere{Broker: cfg.EmbeddedAddr, HTTP: cfg.HTTPAddr, Logs: logPath, Sims: state.Simulators}
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -105,7 +110,8 @@ const (
 // devWhere is where the parts of a dev run listen and log.
 type devWhere struct {
 	Broker, HTTP, Logs string
-	Sims               []string
+	// Sims are the simulators' URLs, each with what it does.
+	Sims []string
 }
 
 func (w devWhere) String() string {
@@ -114,12 +120,8 @@ func (w devWhere) String() string {
 	if w.HTTP != "" {
 		fmt.Fprintf(&b, "  metrics    http://%s/metrics\n", w.HTTP)
 	}
-	for i, s := range w.Sims {
-		what := "failure mix: 5% 503, 3% 429, 1% 410, 1% 500"
-		if i == 1 {
-			what = fmt.Sprintf("allows %d requests/s, offered %d/s", devLimit, devRate/2)
-		}
-		fmt.Fprintf(&b, "  simulator  http://%s (%s)\n", s, what)
+	for _, s := range w.Sims {
+		fmt.Fprintf(&b, "  simulator  %s\n", s)
 	}
 	fmt.Fprintf(&b, "  logs       %s\n", w.Logs)
 	return b.String()

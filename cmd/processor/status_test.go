@@ -86,9 +86,9 @@ func TestDevStatusApps(t *testing.T) {
 // TestDevStatusWhere: the --dev table says where the broker, /metrics, the
 // simulators and the logs are.
 func TestDevStatusWhere(t *testing.T) {
-	where := devWhere{Broker: "127.0.0.1:9092", HTTP: "127.0.0.1:9464", Logs: "data/processor.log", Sims: []string{"127.0.0.1:4001", "127.0.0.1:4002"}}
+	where := devWhere{Broker: "127.0.0.1:9092", HTTP: "127.0.0.1:9464", Logs: "data/processor.log", Sims: []string{"http://127.0.0.1:4001 (failure mix)", "http://127.0.0.1:4002 (allows 50 requests/s, offered 80/s)"}}
 	out := renderStatus(deliver.Snapshot{}, nil, nil, time.Minute, where)
-	for _, want := range []string{"broker     127.0.0.1:9092", "http://127.0.0.1:9464/metrics", "http://127.0.0.1:4001 (failure mix", "http://127.0.0.1:4002 (allows 50 requests/s, offered 80/s)", "logs       data/processor.log"} {
+	for _, want := range []string{"broker     127.0.0.1:9092", "http://127.0.0.1:9464/metrics", "simulator  http://127.0.0.1:4001 (failure mix)", "simulator  http://127.0.0.1:4002 (allows 50", "logs       data/processor.log"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
