@@ -8,7 +8,7 @@ FAULT_RUNS ?= 1
 # The Jaeger v2 all-in-one the end-to-end tracing test runs, built once.
 JAEGER_BIN ?= $(CURDIR)/.cache/jaeger
 
-.PHONY: all build run test test-race test-pacing-small test-all test-rest test-long test-short test-deploy test-pacing-grid test-faults test-examples test-jaeger lint lint-ci vet fmt fuzz clean bench-pacing jaeger
+.PHONY: all build run test test-race test-side test-pacing-small test-all test-rest test-long test-short test-deploy test-pacing-grid test-faults test-examples test-jaeger lint lint-ci vet fmt fuzz clean bench-pacing jaeger
 
 all: build
 
@@ -28,29 +28,41 @@ run: build
 # tests, fuzz seed corpora, the synctest pipeline tests and the subprocess
 # crash and kcat tests with the race detector; a small pacing grid and tier 1
 # ahead of a flood without it; the offline deploy checks. Long tests skip
-# themselves here (testenv.Long); `make test-all` runs them. Prints its
-# duration.
+# themselves here (testenv.Long); `make test-all` runs them. The race suite
+# runs beside the rest (test-side), whose steps take one core while its last
+# package, internal/pipeline, leaves one idle. Prints each part's duration
+# and its own.
 test:
 	@start=$$(date +%s); rc=0; \
-	$(MAKE) --no-print-directory vet test-race test-pacing-small test-deploy || rc=$$?; \
+	$(MAKE) --no-print-directory -j2 -O test-race test-side || rc=$$?; \
 	t=$$(( $$(date +%s) - start )); \
 	if [ $$rc = 0 ]; then echo "make test: passed in $$((t / 60))m$$((t % 60))s"; else echo "make test: FAILED after $$((t / 60))m$$((t % 60))s"; fi; \
 	exit $$rc
 
+# TIMED prints how long the command after it took (tools/timed.sh).
+TIMED = tools/timed.sh $@
+
 test-race:
-	$(GO) test -race -count=1 -timeout 15m ./...
+	$(TIMED) $(GO) test -race -count=1 -timeout 15m ./...
+
+test-side:
+	@$(MAKE) --no-print-directory -j1 vet test-pacing-small test-deploy
+
+vet:
+	$(TIMED) $(GO) vet ./...
 
 # The small pacing grid of `make test`: PACING_SMALL's cells of the model
 # grid (500 req/s at 50 ms, one processor and three, judged on the median
 # of three draws, whose worst draws stay far inside the bars: 1.9% 429s,
-# 100% goodput), tier 1 ahead of a flood at 5-50 ms per push, and a healthy
-# origin beside a failing one through Kafka. Without the race detector,
-# which slows them five- to tenfold.
+# 100% goodput), tier 1 ahead of a flood at 5-50 ms per push, devices'
+# 429s that must not make pacing the bound, and a healthy origin beside a
+# failing one through Kafka. Without the race detector, which slows them
+# five- to tenfold.
 PACING_SMALL ?= ^TestGrid$$/^limit=500$$/^latency=50ms$$/
 test-pacing-small:
-	$(GO) test -count=1 -timeout 10m -run '$(PACING_SMALL)' ./internal/pacing
-	$(GO) test -count=1 -timeout 10m -run '^TestTier1BehindFlood$$/_(5|20|50)ms$$' ./internal/pipeline
-	$(GO) test -count=1 -timeout 10m -run '^TestBreaker$$' ./internal/pipeline
+	$(TIMED)-grid $(GO) test -count=1 -timeout 10m -run '$(PACING_SMALL)' ./internal/pacing
+	$(TIMED)-flood $(GO) test -count=1 -timeout 10m -run '^TestTier1BehindFlood$$/_(5|20|50)ms$$' ./internal/pipeline
+	$(TIMED)-origins $(GO) test -count=1 -timeout 10m -run '^(TestBreaker|TestPerDeviceThrottling)$$' ./internal/pipeline
 
 # Everything: `make test`, then the rest (test-rest).
 test-all: test test-rest
@@ -85,7 +97,7 @@ test-pacing-grid:
 # Offline checks of the Dockerfile, docker-compose.yml and the Helm chart
 # (a separate module: Helm, client-go and compose-go stay out of this one).
 test-deploy:
-	cd deploy/check && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+	cd deploy/check && ../../$(TIMED)-vet $(GO) vet ./... && ../../$(TIMED) $(GO) test -count=1 -timeout 10m ./...
 
 # The fault suite (test/faults, docs/reliability.md): a broker process and
 # three processors in one group through SIGKILLs, a rolling restart, a broker
@@ -141,9 +153,6 @@ $(LINT_BIN)/golangci-lint: tools/lint/go.mod tools/lint/go.sum
 
 $(LINT_BIN)/govulncheck: tools/lint/go.mod tools/lint/go.sum
 	cd tools/lint && $(GO) build -o $@ golang.org/x/vuln/cmd/govulncheck
-
-vet:
-	$(GO) vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

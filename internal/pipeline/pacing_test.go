@@ -323,6 +323,9 @@ func writePacingReport(dir string, on, off *rateLimitRun) error {
 // way (45 s). Repeated cuts once took one processor from 492 to 28
 // requests/s.
 func TestPerDeviceThrottling(t *testing.T) {
+	if raceOn {
+		t.Skip("6,000 events on the fake clock, CPU-bound: make test runs it without the race detector (test-pacing-small)")
+	}
 	synctest.Test(t, func(t *testing.T) {
 		const n, window = 6000, 32
 		sim := pushsim.DefaultConfig()
