@@ -46,7 +46,7 @@ test-race:
 	$(TIMED) $(GO) test -race -count=1 -timeout 15m ./...
 
 test-side:
-	@$(MAKE) --no-print-directory -j1 vet test-pacing-small test-deploy
+	@$(MAKE) --no-print-directory vet && $(MAKE) --no-print-directory test-pacing-small && $(MAKE) --no-print-directory test-deploy
 
 vet:
 	$(TIMED) $(GO) vet ./...
