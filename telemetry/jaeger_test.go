@@ -45,6 +45,7 @@ type jaegerTrace struct {
 // with OTLP export to a real Jaeger v2, then reads the trace back from
 // Jaeger's query API: the whole retry chain is one trace.
 func TestJaegerEndToEnd(t *testing.T) {
+	testenv.Long(t, "a real Jaeger, built by make jaeger")
 	bin := jaegerBinary()
 	if _, err := os.Stat(bin); err != nil {
 		if os.Getenv("CI") != "" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -195,5 +196,25 @@ func TestTierIndependentOfMix(t *testing.T) {
 	}
 	if perTier["tier1"] != 2000 || perTier["tier2"] != 3000 || perTier["tier3"] != 5000 {
 		t.Errorf("events per tier = %v, want 2000, 3000, 5000", perTier)
+	}
+}
+
+// writeSection replaces its section alone, and refuses a file without the
+// markers rather than rewrite what a person wrote.
+func TestWriteSection(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "b.md")
+	doc := "# B\n\nby hand\n<!-- bench:cpu -->\nold\n<!-- /bench:cpu -->\nafter\n"
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeSection(path, "cpu", []byte("| new |")); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	if want := "# B\n\nby hand\n<!-- bench:cpu -->\n| new |\n<!-- /bench:cpu -->\nafter\n"; string(got) != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if err := writeSection(path, "all", []byte("x")); err == nil {
+		t.Error("a file without the section's markers was written")
 	}
 }

@@ -12,12 +12,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"slices"
 	"strings"
@@ -78,6 +80,10 @@ type config struct {
 	ProcessorEnv   []string
 	// Tag names a variant: results and charts go to <scenario>-<tag>.
 	Tag string
+	// MD is a Markdown file with a section of this run's tables between
+	// `<!-- bench:MDSection -->` markers (docs/benchmarks.md), rewritten
+	// after the run.
+	MD, MDSection string
 	// Config is the processor's --config file, given to `processor broker`
 	// and `processor run`; Policy are its ladders (the defaults without
 	// one), which tell the bench the retry topics.
@@ -148,6 +154,8 @@ func (c *config) register(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&c.Tag, "tag", c.Tag, "name of a variant run: results and charts are written as <scenario>-<tag>")
+	fs.StringVar(&c.MD, "md", c.MD, "Markdown file whose section --md-section gets this run's tables (docs/benchmarks.md)")
+	fs.StringVar(&c.MDSection, "md-section", c.MDSection, "the section of --md, between <!-- bench:NAME --> and <!-- /bench:NAME -->")
 	fs.StringVar(&c.Config, "config", c.Config, "the processor's --config YAML (ladders, pacing, flags), for `processor broker` and `processor run`")
 }
 
@@ -236,6 +244,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	if cfg.MD != "" {
+		// Check the section's markers before a run of minutes.
+		if err := writeSection(cfg.MD, cfg.MDSection, nil); err != nil && !errors.Is(err, errNoChange) {
+			return err
+		}
+	}
 	if cfg.Config != "" {
 		f, err := configfile.Read(cfg.Config)
 		if err != nil {
@@ -267,5 +281,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	writeTables(stdout, b.machine, results)
+	if cfg.MD != "" {
+		var md bytes.Buffer
+		fmt.Fprintf(&md, "`%s` on %s, commit %s:\n", b.command, time.Now().UTC().Format("2006-01-02"), commitOf())
+		writeTables(&md, b.machine, results)
+		return writeSection(cfg.MD, cfg.MDSection, md.Bytes())
+	}
 	return nil
+}
+
+// commitOf is the checkout's commit, or "unknown" outside git.
+func commitOf() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
 }

@@ -7,8 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -25,58 +26,105 @@ import (
 
 // runDev is `processor --dev`: the embedded broker, two simulated push
 // services, a sample workload over the three tiers with a realistic failure
-// mix, and a live status table until ctx ends.
-func runDev(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) error {
+// mix, and a live status table until ctx ends. Logs go to processor.log in
+// the data dir; the table says where everything listens.
+func runDev(ctx context.Context, cfg Config, _ *slog.Logger, stdout io.Writer) error {
+	state := loadDevState(cfg.DataDir)
+	if cfg.HMACKey == "" {
+		cfg.HMACKey = state.HMACKey
+	}
 	if err := newDevIdentity(&cfg); err != nil {
 		return err
 	}
 	cfg.Brokers = nil
-	// Logs would scroll the status table away: keep warnings only.
-	log = newLogger(io.Discard, cfg.LogFormat, cfg.LogLevel)
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	// Logs would scroll the status table away: they go to a file.
+	logPath := filepath.Join(cfg.DataDir, "processor.log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	defer logFile.Close()
+	log := newLogger(logFile, cfg.LogFormat, cfg.LogLevel)
 
-	// One push service with a failure mix, one that allows 80 requests/s
-	// (half the workload), so pacing has work to do.
+	// One push service with a failure mix, one that allows 50 requests/s
+	// and is offered 80/s (half the workload), so pacing has work to do.
 	mix := pushsim.DefaultConfig()
 	mix.Fail503, mix.Fail429, mix.Fail410, mix.Fail500 = 0.05, 0.03, 0.01, 0.01
 	mix.Latency, mix.LatencyJitter = 15*time.Millisecond, 40*time.Millisecond
 	limited := pushsim.DefaultConfig()
-	limited.RateLimit, limited.Burst = 80, 80
+	limited.RateLimit, limited.Burst = devLimit, devLimit
 	limited.Latency, limited.LatencyJitter = 10*time.Millisecond, 20*time.Millisecond
 
 	var sims []*pushsim.Server
-	for _, sc := range []pushsim.Config{mix, limited} {
+	where := devWhere{Broker: cfg.EmbeddedAddr, HTTP: cfg.HTTPAddr, Logs: logPath}
+	what := []string{
+		fmt.Sprintf("failure mix: %g%% 503, %g%% 429, %g%% 410, %g%% 500", 100*mix.Fail503, 100*mix.Fail429, 100*mix.Fail410, 100*mix.Fail500),
+		fmt.Sprintf("allows %d requests/s, offered %d/s", devLimit, devRate/2),
+	}
+	for i, sc := range []pushsim.Config{mix, limited} {
 		sc.KeepDeliveries = 1000 // a long dev run must not grow without bound
-		s, addr, err := startSim(ctx, sc, log)
+		s, err := pushsim.New(sc, log)
 		if err != nil {
-			return err
+			return fmt.Errorf("push simulator: %w", err)
 		}
+		ln, err := state.listenSim(i)
+		if err != nil {
+			return fmt.Errorf("push simulator: %w", err)
+		}
+		go s.Serve(ln)
 		defer s.Close(context.Background())
 		sims = append(sims, s)
-		cfg.AllowInsecure = append(cfg.AllowInsecure, addr)
+		cfg.AllowInsecure = append(cfg.AllowInsecure, ln.Addr().String())
+		where.Sims = append(where.Sims, fmt.Sprintf("http://%s (%s)", ln.Addr(), what[i]))
+	}
+	if err := state.save(cfg.DataDir); err != nil {
+		return err
 	}
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	return serve(ctx, cfg, log, func(p *pipeline.Processor) {
+	err = serve(ctx, cfg, log, func(p *pipeline.Processor) {
 		names := topology.Names{Prefix: cfg.TopicPrefix}
-		wg.Go(func() { devWorkload(ctx, p.Client(), names, sims, 160) })
-		wg.Go(func() { statusTable(ctx, stdout, p, sims) })
+		wg.Go(func() { devWorkload(ctx, p.Client(), names, sims, devRate) })
+		wg.Go(func() { statusTable(ctx, stdout, p, sims, where) })
 	})
+	if err != nil {
+		fmt.Fprintf(stdout, "processor --dev stopped: %v (logs: %s)\n", err, logPath)
+	}
+	return err
 }
 
-func startSim(ctx context.Context, c pushsim.Config, log *slog.Logger) (*pushsim.Server, string, error) {
-	s, err := pushsim.New(c, log)
-	if err != nil {
-		return nil, "", fmt.Errorf("push simulator: %w", err)
+// The dev workload's rate, events/s over both simulators, and the limited
+// simulator's limit, requests/s: it is offered half the rate, more than it
+// takes, so the table shows pacing hold its sends near the limit.
+const (
+	devRate  = 160
+	devLimit = 50
+)
+
+// devWhere is where the parts of a dev run listen and log.
+type devWhere struct {
+	Broker, HTTP, Logs string
+	// Sims are the simulators' URLs, each with what it does.
+	Sims []string
+}
+
+func (w devWhere) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  broker     %s (kcat -b %s -L)\n", w.Broker, w.Broker)
+	if w.HTTP != "" {
+		fmt.Fprintf(&b, "  metrics    http://%s/metrics\n", w.HTTP)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, "", fmt.Errorf("push simulator: %w", err)
+	for _, s := range w.Sims {
+		fmt.Fprintf(&b, "  simulator  %s\n", s)
 	}
-	go s.Serve(ln)
-	return s, ln.Addr().String(), nil
+	fmt.Fprintf(&b, "  logs       %s\n", w.Logs)
+	return b.String()
 }
 
 // devWorkload produces rate events/s: tier1 20%, tier2 30%, tier3 50%, 1%
@@ -123,7 +171,7 @@ func sampleEvent(id string, sub pushsim.Subscription, malformed bool) []byte {
 }
 
 // statusTable redraws the live status every second.
-func statusTable(ctx context.Context, w io.Writer, p *pipeline.Processor, sims []*pushsim.Server) {
+func statusTable(ctx context.Context, w io.Writer, p *pipeline.Processor, sims []*pushsim.Server, where devWhere) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	start := time.Now()
@@ -134,17 +182,17 @@ func statusTable(ctx context.Context, w io.Writer, p *pipeline.Processor, sims [
 		case <-tick.C:
 		}
 		fmt.Fprint(w, "\033[H\033[2J")
-		fmt.Fprint(w, renderStatus(p.Stats().Snapshot(), p.Held(), p.Pacer().Lanes(), time.Since(start)))
+		fmt.Fprint(w, renderStatus(p.Stats().Snapshot(), p.Held(), p.Pacer().Lanes(), time.Since(start), where))
 	}
 }
 
-func renderStatus(s deliver.Snapshot, held map[string]int, lanes []pacing.LaneState, up time.Duration) string {
+func renderStatus(s deliver.Snapshot, held map[string]int, lanes []pacing.LaneState, up time.Duration, where devWhere) string {
 	byOrigin := make(map[string]pacing.LaneState, len(lanes))
 	for _, l := range lanes {
 		byOrigin[l.Origin] = l
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "tierpush --dev   up %s   (Ctrl-C to stop)\n\n", up.Truncate(time.Second))
+	fmt.Fprintf(&b, "tierpush --dev   up %s   (Ctrl-C to stop)\n\n%s\n", up.Truncate(time.Second), where)
 	fmt.Fprintf(&b, "  delivered %-10d gone %-10d\n\n", s.Delivered, s.Gone)
 	fmt.Fprintf(&b, "  %-32s %12s %10s\n", "retry step", "routed", "held now")
 	for _, t := range deliver.SortedKeys(s.Retries) {

@@ -478,21 +478,22 @@ func freeAddr() string {
 	return l.Addr().String()
 }
 
-// TestReadmeProductionInstall renders the README's production values as
-// they are written there, with every check of a rendered release: TLS and
-// SASL in both pods, the alerts, the dashboard and the KEDA query.
+// TestReadmeProductionInstall renders the production values of
+// docs/operations.md as they are written there, with every check of a
+// rendered release: TLS and SASL in both pods, the alerts, the dashboard
+// and the KEDA query.
 func TestReadmeProductionInstall(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	b, err := os.ReadFile(filepath.Join(repoRoot, "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, after, ok := strings.Cut(string(b), "#### Production install")
 	if !ok {
-		t.Fatal("README has no production install")
+		t.Fatal("docs/operations.md has no production install")
 	}
 	_, block, ok := strings.Cut(after, "```yaml\n")
 	if !ok {
-		t.Fatal("README's production install has no values")
+		t.Fatal("docs/operations.md's production install has no values")
 	}
 	block, _, _ = strings.Cut(block, "```")
 	r := renderAndDecode(t, loadChart(t), valueSet{name: "readme production", inline: block})

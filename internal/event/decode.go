@@ -43,26 +43,32 @@ type wire struct {
 type wireSubscription struct {
 	Endpoint rawValue `json:"endpoint"`
 	Keys     wireKeys `json:"keys"`
+	// given is whether the event had a subscription object, so that its
+	// absence is named as such rather than as its first missing member.
+	given bool
 }
 
 type wireKeys struct {
 	P256dh rawValue `json:"p256dh"`
 	Auth   rawValue `json:"auth"`
+	given  bool
 }
 
 // Field paths named in errors.
 const (
-	fieldID         = "id"
-	fieldEndpoint   = "subscription.endpoint"
-	fieldP256dh     = "subscription.keys.p256dh"
-	fieldAuth       = "subscription.keys.auth"
-	fieldPayload    = "payload"
-	fieldPayloadB64 = "payload_b64"
-	fieldTTL        = "ttl"
-	fieldUrgency    = "urgency"
-	fieldTopic      = "topic"
-	fieldCreatedAt  = "created_at"
-	fieldApp        = "app"
+	fieldID           = "id"
+	fieldSubscription = "subscription"
+	fieldKeys         = "subscription.keys"
+	fieldEndpoint     = "subscription.endpoint"
+	fieldP256dh       = "subscription.keys.p256dh"
+	fieldAuth         = "subscription.keys.auth"
+	fieldPayload      = "payload"
+	fieldPayloadB64   = "payload_b64"
+	fieldTTL          = "ttl"
+	fieldUrgency      = "urgency"
+	fieldTopic        = "topic"
+	fieldCreatedAt    = "created_at"
+	fieldApp          = "app"
 )
 
 // Decode parses and validates one record value. recordTime is the record's
@@ -122,6 +128,9 @@ func fromWire(w *wire, recordTime time.Time, rules Rules) (*Event, *Error) {
 	case !printable(id):
 		return nil, invalid(fieldID, "has a non-printable character")
 	}
+	if !w.Subscription.given {
+		return nil, invalid(fieldSubscription, "is missing")
+	}
 	epStr, e := stringField(w.Subscription.Endpoint, fieldEndpoint, true)
 	if e != nil {
 		return nil, e
@@ -142,6 +151,9 @@ func fromWire(w *wire, recordTime time.Time, rules Rules) (*Event, *Error) {
 	}
 
 	// Keys and payload share one allocation.
+	if !w.Subscription.Keys.given {
+		return nil, invalid(fieldKeys, "is missing")
+	}
 	p256dh, e := base64Field(w.Subscription.Keys.P256dh, fieldP256dh, true)
 	if e != nil {
 		return nil, e

@@ -126,6 +126,7 @@ func (p *parser) event(w *wire) *Error {
 }
 
 func (p *parser) subscription(s *wireSubscription) *Error {
+	s.given = true
 	return p.object(subscriptionKeys, func(k int) *Error {
 		switch k {
 		case keyEndpoint:
@@ -138,6 +139,7 @@ func (p *parser) subscription(s *wireSubscription) *Error {
 }
 
 func (p *parser) keys(ks *wireKeys) *Error {
+	ks.given = true
 	return p.object(keysKeys, func(k int) *Error {
 		switch k {
 		case keyP256dh:

@@ -25,6 +25,39 @@ func parseStd(value []byte, w *wire) *Error {
 	if err := json.Unmarshal(value, w); err != nil {
 		return jsonError(err)
 	}
+	var p struct {
+		Subscription seenSubscription `json:"subscription"`
+	}
+	json.Unmarshal(value, &p) // its errors are the first Unmarshal's
+	w.Subscription.given, w.Subscription.Keys.given = p.Subscription.given, p.Subscription.keys
+	return nil
+}
+
+// seenSubscription notes, as encoding/json decodes into it, whether a
+// subscription object and a keys object in it were given: null and other
+// types leave it as it was, as they leave a struct.
+type seenSubscription struct{ given, keys bool }
+
+func (s *seenSubscription) UnmarshalJSON(b []byte) error {
+	if b[0] != '{' {
+		return nil
+	}
+	s.given = true
+	var k struct {
+		Keys seenObject `json:"keys"`
+	}
+	json.Unmarshal(b, &k)
+	s.keys = s.keys || bool(k.Keys)
+	return nil
+}
+
+// seenObject notes whether an object was given for it.
+type seenObject bool
+
+func (s *seenObject) UnmarshalJSON(b []byte) error {
+	if b[0] == '{' {
+		*s = true
+	}
 	return nil
 }
 
@@ -117,11 +150,11 @@ func TestParseKeys(t *testing.T) {
 	}
 	want := wire{
 		ID:           rawValue(`"b"`),
-		Subscription: wireSubscription{Endpoint: rawValue(`"e"`), Keys: wireKeys{P256dh: rawValue(`"k"`), Auth: rawValue(`"y"`)}},
+		Subscription: wireSubscription{Endpoint: rawValue(`"e"`), Keys: wireKeys{P256dh: rawValue(`"k"`), Auth: rawValue(`"y"`), given: true}, given: true},
 		Payload:      rawValue(`null`),
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("parse = %q, want %q", got, want)
+		t.Errorf("parse = %+v, want %+v", got, want)
 	}
 }
 
@@ -158,7 +191,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("parse(%q) = %v, encoding/json %v", value, ge, we)
 			}
 			if ge == nil && !reflect.DeepEqual(got, want) {
-				t.Fatalf("parse(%q) = %q, encoding/json %q", value, got, want)
+				t.Fatalf("parse(%q) = %+v, encoding/json %+v", value, got, want)
 			}
 		}
 		gev, gerr := decode(value, recordTime, rules)
@@ -186,3 +219,6 @@ func sameEvent(a, b *Event) bool {
 		a.TTL == b.TTL && a.Urgency == b.Urgency && a.Topic == b.Topic && a.CreatedAt.Equal(b.CreatedAt) &&
 		a.App == b.App && a.origin == b.origin && bytes.Equal(a.uaKey.Bytes(), b.uaKey.Bytes())
 }
+
+// String shows a raw value as its JSON text in test failures.
+func (r rawValue) String() string { return string(r) }

@@ -80,7 +80,6 @@ var (
 	unavailable = push.Result{Class: push.Retryable, Status: 503}
 	transport   = push.Result{Class: push.Retryable, Err: "timeout"}
 	wnsThrottle = push.Result{Class: push.Retryable, Status: 406}
-	rejected    = push.Result{Class: push.Rejected, Status: 400}
 	deferred    = push.Result{Class: push.Deferred}
 )
 

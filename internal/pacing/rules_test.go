@@ -346,15 +346,6 @@ func TestFailingNotifications(t *testing.T) {
 	})
 }
 
-// spread is k 429s spread evenly over n answers, the last one a 429.
-func spread(k, n int) []push.Result {
-	out := rep(n, ok)
-	for i := range k {
-		out[n-1-i*n/k] = throttled
-	}
-	return out
-}
-
 // TestPauseHoldsTheBacklog: once slow start has settled, a short pause
 // holds every tier in the queue, so that a backlog waits it out instead of
 // running through the ladder's first step as fast as it is consumed; the

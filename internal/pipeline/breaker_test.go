@@ -157,6 +157,7 @@ func TestTier1DuringTier3Flood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("20,000 events")
 	}
+	testenv.Long(t, "20,000 events through a limited origin")
 	synctest.Test(t, func(t *testing.T) {
 		sim := pushsim.DefaultConfig()
 		sim.RateLimit, sim.Burst, sim.RetryAfter = 500, 500, 1

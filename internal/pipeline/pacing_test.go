@@ -181,7 +181,9 @@ func runRateLimited(t *testing.T, r *rateLimitRun) {
 // goodput at least 90% of L, and every event still ends.
 func TestPacingRateLimitedOrigin(t *testing.T) {
 	on := &rateLimitRun{limit: 200, offered: 800, seconds: 30, pacing: true}
-	if *pacingReport != "" {
+	if *pacingReport == "" {
+		testenv.Long(t, "30 s of a limited origin offered four times its limit, pacing on and off")
+	} else {
 		on = &rateLimitRun{limit: 500, offered: 2000, seconds: 60, pacing: true}
 	}
 	runRateLimited(t, on)
@@ -321,6 +323,9 @@ func writePacingReport(dir string, on, off *rateLimitRun) error {
 // way (45 s). Repeated cuts once took one processor from 492 to 28
 // requests/s.
 func TestPerDeviceThrottling(t *testing.T) {
+	if raceOn {
+		t.Skip("6,000 events on the fake clock, CPU-bound: make test runs it without the race detector (test-pacing-small)")
+	}
 	synctest.Test(t, func(t *testing.T) {
 		const n, window = 6000, 32
 		sim := pushsim.DefaultConfig()

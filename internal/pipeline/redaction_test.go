@@ -204,17 +204,17 @@ func TestRedaction(t *testing.T) {
 		for _, s := range got {
 			fmt.Fprintf(&st, "%s %s %s\n", s.Name, s.Status.Code, s.Status.Description)
 			for _, a := range s.Attributes {
-				fmt.Fprintf(&st, "  %s=%s\n", a.Key, a.Value.Emit())
+				fmt.Fprintf(&st, "  %s=%s\n", a.Key, a.Value.String())
 			}
 			for _, e := range s.Events {
 				fmt.Fprintf(&st, "  event %s\n", e.Name)
 				for _, a := range e.Attributes {
-					fmt.Fprintf(&st, "    %s=%s\n", a.Key, a.Value.Emit())
+					fmt.Fprintf(&st, "    %s=%s\n", a.Key, a.Value.String())
 				}
 			}
 			for _, l := range s.Links {
 				for _, a := range l.Attributes {
-					fmt.Fprintf(&st, "  link %s=%s\n", a.Key, a.Value.Emit())
+					fmt.Fprintf(&st, "  link %s=%s\n", a.Key, a.Value.String())
 				}
 			}
 		}

@@ -42,6 +42,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of rolling restarts")
 	}
+	testenv.Long(t, "minutes of rolling restarts under load")
 	for _, tc := range []struct {
 		name    string
 		latency time.Duration
