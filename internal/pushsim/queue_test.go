@@ -212,8 +212,8 @@ func TestWorkerPoolSenderGone(t *testing.T) {
 			t.Errorf("push behind them: status %d, ClientGone %v, started at %v; want 201, false, 1s (the served push's full latency)",
 				d.Status, d.ClientGone, d.Started.Sub(start))
 		}
-		if got := len(sim.Waits(start)); got != 2 {
-			t.Errorf("Waits has %d entries, want 2 (the dropped push is not one)", got)
+		if got, want := sim.Waits(start), []time.Duration{0, 300 * time.Millisecond, time.Second}; !slices.Equal(got, want) {
+			t.Errorf("Waits = %v, want %v (the dropped push until it was dropped)", got, want)
 		}
 		if got := sim.Stats().ByStatus[pushsim.StatusClientClosed]; got != 1 {
 			t.Errorf("Stats.ByStatus[499] = %d, want 1", got)

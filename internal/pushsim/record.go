@@ -103,14 +103,14 @@ func (s *Server) Deliveries() []Delivery {
 }
 
 // Waits returns, in ascending order, how long each kept request (Config.KeepDeliveries) that
-// arrived at or after from waited for a worker before one took it up. Requests dropped from the
-// queue are not among them: they are recorded with StatusClientClosed.
+// arrived at or after from waited in its origin's queue: until a worker took it up, or, for
+// one dropped from the queue (StatusClientClosed), until it was dropped.
 func (s *Server) Waits(from time.Time) []time.Duration {
 	r := &s.rec
 	r.mu.Lock()
 	var out []time.Duration
 	for i := range r.ring {
-		if d := &r.ring[i]; !d.Started.IsZero() && !d.At.Before(from) {
+		if d := &r.ring[i]; !d.At.Before(from) {
 			out = append(out, d.Wait)
 		}
 	}
