@@ -109,10 +109,13 @@ func rollingRestartQueueing(t *testing.T, latency time.Duration, workers, busy i
 			dups++
 		}
 	}
-	gone := 0
+	gone, dropped := 0, 0 // given up on inside the service; of them, while queued
 	for _, d := range env.Sim.Deliveries() {
 		if d.ClientGone {
 			gone++
+		}
+		if d.Status == pushsim.StatusClientClosed {
+			dropped++
 		}
 	}
 	waits := env.Sim.Waits(start)
@@ -123,12 +126,12 @@ func rollingRestartQueueing(t *testing.T, latency time.Duration, workers, busy i
 	parks := park.figures()
 	capacity := float64(workers) / latency.Seconds()
 	t.Logf("%d events in %s (the service's capacity alone: %s); wait inside the service p50 %s p99 %s max %s; "+
-		"%d duplicates, %d sends timed out, %d requests given up inside the service; "+
+		"%d duplicates, %d sends timed out, %d requests given up inside the service (%d while queued); "+
 		"%d retry records, %d of events never sent (%d on a first step); "+
 		"%d records parked by the pacer, %d by a pause shorter than their tier's first step (%d by none), %d shorter than the step they wait on",
 		n, took.Round(time.Second), (time.Duration(float64(n) / capacity * float64(time.Second))).Round(time.Second),
 		quantile(waits, 0.5).Round(time.Millisecond), quantile(waits, 0.99).Round(time.Millisecond), quantile(waits, 1).Round(time.Millisecond),
-		dups, ladder.timeouts, gone, ladder.records, ladder.unsent, ladder.unsentFirst, parks.parked, parks.short, parks.unpaused, parks.late)
+		dups, ladder.timeouts, gone, dropped, ladder.records, ladder.unsent, ladder.unsentFirst, parks.parked, parks.short, parks.unpaused, parks.late)
 	if dups > 0 {
 		t.Errorf("%d of %d notifications reached the phone more than once", dups, n)
 	}
