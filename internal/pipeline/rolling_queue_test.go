@@ -18,7 +18,7 @@ import (
 // TestRollingRestartQueueing is TestRollingRestartUnderLoad against a push service that
 // never refuses but serves from a fixed pool of workers and queues the rest, with the
 // processors' pacing as configured by default: 6,000 events offered at 1,200/s to a service
-// that serves about 200/s, three processors each stopped gracefully and started again, then a
+// that serves 213/s (64 workers, 300 ms) or 64/s (64 workers, 1 s), three processors each stopped gracefully and started again, then a
 // fourth joining, while the cores are busy with other processes' work. The processors must
 // find the service's pace themselves: no send may time out, in the service's queue or their
 // own (sent again, it reaches the phone twice), and no event may be parked on the ladder
@@ -33,11 +33,11 @@ func TestRollingRestartQueueing(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		latency time.Duration
-		workers int // per origin: about 200 pushes/s at either latency
+		workers int // per origin
 		busy    int
 	}{
 		{"300ms push service with 64 workers, every core busy", 300 * time.Millisecond, 64, runtime.NumCPU()},
-		{"1s push service with 200 workers, one core busy", time.Second, 200, 1},
+		{"1s push service with 64 workers, one core busy", time.Second, 64, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) { rollingRestartQueueing(t, tc.latency, tc.workers, tc.busy) })
 	}
@@ -97,11 +97,20 @@ func rollingRestartQueueing(t *testing.T, latency time.Duration, workers, busy i
 	startMember(t, env, tracer)
 	waitMembers(ctx, t, env, 4)
 	<-produced
+	// Past the deadline the figures are still worth reading: they say
+	// what the run reached.
 	if _, err := env.ReadOutcomes(ctx, n); err != nil {
-		t.Fatal(err)
+		t.Error(err)
 	}
-	until(ctx, t, "every event delivered", func() bool { return len(delivered(env.Sim, subs)) == n })
+	for len(delivered(env.Sim, subs)) < n && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
 	took := time.Since(start)
+	if got := len(delivered(env.Sim, subs)); got < n {
+		t.Errorf("%d of %d events delivered after %s", got, n, took.Round(time.Second))
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 
 	dups := 0
 	for _, k := range delivered(env.Sim, subs) {
@@ -125,11 +134,11 @@ func rollingRestartQueueing(t *testing.T, latency time.Duration, workers, busy i
 	}
 	parks := park.figures()
 	capacity := float64(workers) / latency.Seconds()
-	t.Logf("%d events in %s (the service's capacity alone: %s); wait inside the service p50 %s p99 %s max %s; "+
+	t.Logf("%d of %d events delivered in %s (the service's capacity alone: %s); wait inside the service p50 %s p99 %s max %s; "+
 		"%d duplicates, %d sends timed out, %d requests given up inside the service (%d while queued); "+
 		"%d retry records, %d of events never sent (%d on a first step); "+
 		"%d records parked by the pacer, %d by a pause shorter than their tier's first step (%d by none), %d shorter than the step they wait on",
-		n, took.Round(time.Second), (time.Duration(float64(n) / capacity * float64(time.Second))).Round(time.Second),
+		len(delivered(env.Sim, subs)), n, took.Round(time.Second), (time.Duration(float64(n) / capacity * float64(time.Second))).Round(time.Second),
 		quantile(waits, 0.5).Round(time.Millisecond), quantile(waits, 0.99).Round(time.Millisecond), quantile(waits, 1).Round(time.Millisecond),
 		dups, ladder.timeouts, gone, dropped, ladder.records, ladder.unsent, ladder.unsentFirst, parks.parked, parks.short, parks.unpaused, parks.late)
 	if dups > 0 {
