@@ -142,6 +142,7 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) (*Result, error) {
 	simCfg.KeepDeliveries = max(sc.Events, 1)
 	simCfg.TLS = b.cfg.PushTLS
 	simCfg.VAPIDPublicKey = b.vapid.pub
+	simCfg.Workers = b.cfg.SimWorkers
 	if sc.Sim != nil {
 		sc.Sim(&simCfg)
 	}
@@ -497,6 +498,9 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 	res.LatenessMetric = latenessFromMetric(before, after)
 	st := r.sim.Stats()
 	res.SimRequests, res.SimDecrypted, res.SimStatus = st.Requests, st.Decrypted, st.ByStatus
+	if res.Sim.Workers > 0 {
+		res.SimWait = waitQuantiles(r.sim.Waits(time.Time{}))
+	}
 	res.Duplicates = r.outs.dups.Load()
 	res.summarizeOutcomes(r.outs.outs)
 	if sc.Offered > 0 {

@@ -153,6 +153,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no events", func(c *config) { c.Events = 0 }, "--events"},
 		{"in flight too large", func(c *config) { c.MaxInFlight = 200_000 }, "--max-in-flight"},
 		{"tag with a slash", func(c *config) { c.Tag = "a/b" }, "--tag"},
+		{"negative sim workers", func(c *config) { c.SimWorkers = -1 }, "--sim-workers"},
 		{"short timeout", func(c *config) { c.Timeout = time.Second }, "--timeout"},
 	}
 	for _, tt := range tests {

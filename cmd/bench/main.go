@@ -59,6 +59,9 @@ type config struct {
 	RSSEvents   int
 	RSSHold     time.Duration
 	VerifyEvery int
+	// SimWorkers gives every scenario's push service that many workers
+	// per origin, queueing past them instead of refusing; 0 = unlimited.
+	SimWorkers int
 	// PushTLS serves the simulator over HTTPS (HTTP/2), as every real
 	// push service is.
 	PushTLS bool
@@ -135,6 +138,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.RSSEvents, "rss-events", c.RSSEvents, "events of scenario e (default: --events)")
 	fs.DurationVar(&c.RSSHold, "rss-hold", c.RSSHold, "how long scenario e samples RSS once every event waits in a retry step")
 	fs.IntVar(&c.VerifyEvery, "verify-every", c.VerifyEvery, "the simulator decrypts and verifies 1 request in N")
+	fs.IntVar(&c.SimWorkers, "sim-workers", c.SimWorkers, "workers per origin of the push simulator in every scenario, each holding one push for its latency; the rest queue for one, as a service that slows down instead of refusing (0 = unlimited)")
 	fs.BoolVar(&c.PushTLS, "push-tls", c.PushTLS, "serve the push simulator over HTTPS with HTTP/2, as real push services are (false: plain HTTP/1.1)")
 	fs.IntVar(&c.CeilingSenders, "ceiling-senders", c.CeilingSenders, "sends at once in the webpush-go-only ceiling loop, the dispatch-alone loop and the peer's worker")
 	fs.StringVar(&c.Peer, "peer", c.Peer, "peer stack measured next to the ceiling in scenarios a and b: bullmq (Redis from Debian, bullmq and web-push from npm, installed when missing; skipped with a message when they cannot be) or none")
@@ -200,6 +204,9 @@ func (c *config) Validate() error {
 	}
 	if c.VerifyEvery < 1 {
 		errs = append(errs, fmt.Errorf("--verify-every: %d, want at least 1", c.VerifyEvery))
+	}
+	if c.SimWorkers < 0 || c.SimWorkers > 100_000 {
+		errs = append(errs, fmt.Errorf("--sim-workers: %d, want 0..100000", c.SimWorkers))
 	}
 	if c.Timeout < time.Minute {
 		errs = append(errs, fmt.Errorf("--timeout: %s, want at least 1m", c.Timeout))

@@ -72,6 +72,9 @@ type Result struct {
 	SimRequests  int64         `json:"sim_requests"`
 	SimDecrypted int64         `json:"sim_decrypted"`
 	SimStatus    map[int]int64 `json:"sim_status"`
+	// SimWait is how long pushes queued for one of the simulator's
+	// workers (--sim-workers), in milliseconds.
+	SimWait *Quantiles `json:"sim_wait_ms,omitempty"`
 
 	// Ceiling is webpush-go alone over the same events; DispatchLoop the
 	// processor's sender (internal/dispatch) alone. Neither touches Kafka.
@@ -113,6 +116,7 @@ type SimSettings struct {
 	RateLimit       float64 `json:"rate_limit,omitempty"`
 	Burst           int     `json:"burst,omitempty"`
 	PerSecond       bool    `json:"per_second,omitempty"`
+	Workers         int     `json:"workers,omitempty"` // per origin; 0 = unlimited
 	Fail503         float64 `json:"fail_503,omitempty"`
 	VerifyEvery     int     `json:"verify_every"`
 }
@@ -120,8 +124,18 @@ type SimSettings struct {
 func simSettings(c pushsim.Config) SimSettings {
 	return SimSettings{
 		LatencyMS: ms(c.Latency), LatencyJitterMS: ms(c.LatencyJitter),
-		RateLimit: c.RateLimit, Burst: c.Burst, PerSecond: c.PerSecond, Fail503: c.Fail503, VerifyEvery: c.VerifyEvery,
+		RateLimit: c.RateLimit, Burst: c.Burst, PerSecond: c.PerSecond, Workers: c.Workers, Fail503: c.Fail503, VerifyEvery: c.VerifyEvery,
 	}
+}
+
+// waitQuantiles are the simulator's queue waits (sorted), in milliseconds.
+func waitQuantiles(ws []time.Duration) *Quantiles {
+	v := make([]float64, len(ws))
+	for i, w := range ws {
+		v[i] = ms(w)
+	}
+	q := quantiles(v)
+	return &q
 }
 
 func simLimit(s SimSettings) float64 { return s.RateLimit }

@@ -158,6 +158,7 @@ func TestExitCodes(t *testing.T) {
 		{"bad env duration names the variable and the flag", nil, []string{"TIERPUSH_DRAIN_TIMEOUT=soon"}, 2, "TIERPUSH_DRAIN_TIMEOUT (--drain-timeout): want a duration like 5s"},
 		{"bad tool flag", []string{"send", "--timeout", "x"}, nil, 2, "--timeout: want a duration like 5s"},
 		{"missing config file", []string{"--config", "/nonexistent/tierpush.yaml"}, nil, 2, "--config /nonexistent/tierpush.yaml"},
+		{"pushsim bad workers", []string{"pushsim", "--workers", "-1"}, nil, 2, "--workers is -1, want >= 0"},
 		{"sub help exits 0", []string{"send", "--help"}, nil, 0, "TIERPUSH_TIMEOUT"},
 	}
 	for _, tt := range tests {

@@ -36,9 +36,9 @@ type member struct {
 	done   chan error
 }
 
-// startMember starts a processor with the Env's configuration and joins
-// the group; the test's cleanup stops it.
-func startMember(t *testing.T, env *testenv.Env) *member {
+// startMember starts a processor with the Env's configuration and opts and
+// joins the group; the test's cleanup stops it.
+func startMember(t *testing.T, env *testenv.Env, opts ...pipeline.Option) *member {
 	t.Helper()
 	hc := dispatch.NewHTTPClient(env.HTTPClient())
 	t.Cleanup(hc.CloseIdleConnections)
@@ -49,7 +49,7 @@ func startMember(t *testing.T, env *testenv.Env) *member {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// Frequent heartbeats make rebalances take well under a second.
 	kopts := append(env.KafkaOpts(), kgo.HeartbeatInterval(200*time.Millisecond))
-	p, err := pipeline.New(env.PipelineConfig(), log, sender, env.Signer, kopts)
+	p, err := pipeline.New(env.PipelineConfig(), log, sender, env.Signer, kopts, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

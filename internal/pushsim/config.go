@@ -33,6 +33,11 @@ type Config struct {
 	// top. Default 0 and 0.
 	Latency       time.Duration
 	LatencyJitter time.Duration
+	// Workers serves each origin from this many workers, each answering one request at a time
+	// for its latency; a request that finds them all busy waits for one, first come first
+	// served, instead of being refused (Delivery.Wait). The rate limit is judged when a request
+	// reaches a worker. 0 serves every request at once. Default 0.
+	Workers int
 
 	// Fail503, Fail429, Fail410 and Fail500 are the fractions (0..1, summing to at most 1) of
 	// requests answered with that status. They apply only to subscriptions without a script.
@@ -75,6 +80,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.RetryAfter, "retry-after", c.RetryAfter, "Retry-After seconds sent with simulated 429s (0 = none)")
 	fs.DurationVar(&c.Latency, "latency", c.Latency, "base latency added to every answer")
 	fs.DurationVar(&c.LatencyJitter, "latency-jitter", c.LatencyJitter, "random extra latency, uniform in [0, jitter]")
+	fs.IntVar(&c.Workers, "workers", c.Workers, "workers per origin, each holding one request for its latency; the rest queue for one (0 = unlimited)")
 	fs.Float64Var(&c.Fail503, "fail-503", c.Fail503, "fraction of requests answered 503 (subscriptions without a script)")
 	fs.Float64Var(&c.Fail429, "fail-429", c.Fail429, "fraction of requests answered 429 (subscriptions without a script)")
 	fs.Float64Var(&c.Fail410, "fail-410", c.Fail410, "fraction of requests answered 410 (subscriptions without a script)")
@@ -104,6 +110,9 @@ func (c Config) Validate() error {
 	}
 	if c.LatencyJitter < 0 {
 		errs = append(errs, fmt.Errorf("--latency-jitter is %v, want >= 0", c.LatencyJitter))
+	}
+	if c.Workers < 0 {
+		errs = append(errs, fmt.Errorf("--workers is %d, want >= 0", c.Workers))
 	}
 	sum := 0.0
 	for _, f := range []struct {

@@ -26,6 +26,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "negative burst", mod: func(c *pushsim.Config) { c.Burst = -1 }, wantErr: "--burst"},
 		{name: "negative retry-after", mod: func(c *pushsim.Config) { c.RetryAfter = -1 }, wantErr: "--retry-after"},
 		{name: "negative latency", mod: func(c *pushsim.Config) { c.Latency = -time.Millisecond }, wantErr: "--latency"},
+		{name: "negative workers", mod: func(c *pushsim.Config) { c.Workers = -1 }, wantErr: "--workers"},
 		{name: "negative jitter", mod: func(c *pushsim.Config) { c.LatencyJitter = -time.Millisecond }, wantErr: "--latency-jitter"},
 		{name: "fraction above 1", mod: func(c *pushsim.Config) { c.Fail500 = 1.5 }, wantErr: "--fail-500"},
 		{name: "fraction NaN", mod: func(c *pushsim.Config) { c.Fail429 = math.NaN() }, wantErr: "--fail-429"},
@@ -60,7 +61,7 @@ func TestRegisterFlags(t *testing.T) {
 	cfg.RegisterFlags(fs)
 	args := []string{
 		"--addr=127.0.0.1:9000", "--tls", "--rate-limit=50", "--burst=5", "--retry-after=3",
-		"--latency=20ms", "--latency-jitter=5ms", "--fail-503=0.1", "--fail-429=0.2",
+		"--latency=20ms", "--latency-jitter=5ms", "--workers=64", "--fail-503=0.1", "--fail-429=0.2",
 		"--fail-410=0.05", "--fail-500=0.01", "--verify-every=100", "--vapid-public-key=" + keys.pub,
 		"--keep-deliveries=1000",
 	}
@@ -69,7 +70,7 @@ func TestRegisterFlags(t *testing.T) {
 	}
 	want := pushsim.Config{
 		Addr: "127.0.0.1:9000", TLS: true, RateLimit: 50, Burst: 5, RetryAfter: 3,
-		Latency: 20 * time.Millisecond, LatencyJitter: 5 * time.Millisecond,
+		Latency: 20 * time.Millisecond, LatencyJitter: 5 * time.Millisecond, Workers: 64,
 		Fail503: 0.1, Fail429: 0.2, Fail410: 0.05, Fail500: 0.01,
 		VerifyEvery: 100, VAPIDPublicKey: keys.pub, KeepDeliveries: 1000,
 	}

@@ -32,12 +32,22 @@ func reject(status int, reason string) verdict {
 	return verdict{status: status, reason: reason}
 }
 
-// handlePush answers POST /push/{id}.
+// handlePush answers POST /push/{id}. The request is received whole (its body read, as a
+// front end buffers it), then waits for a worker of its origin (Config.Workers), which checks
+// it, decides the answer and holds it for the latency.
 func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
 	d := Delivery{SubID: r.PathValue("id"), At: time.Now(), Proto: r.Proto}
 	org := origin(requestScheme(r), r.Host)
-	v := s.judge(r, org, &d)
+	body, readErr := io.ReadAll(io.LimitReader(r.Body, MaxBodySize+1))
+	if !s.workers.take(r.Context(), s.closing, org) {
+		s.dropQueued(w, r, d)
+		return
+	}
+	defer s.workers.release(org)
+	d.Started = time.Now()
+	d.Wait = d.Started.Sub(d.At)
+	v := s.judge(r, org, body, readErr, &d)
 	latency := v.latency
 	if !v.latencySet {
 		latency = s.cfg.Latency
@@ -45,7 +55,15 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 			latency += time.Duration(rand.Int64N(int64(j) + 1))
 		}
 	}
-	s.delay(r.Context(), latency)
+	ctx := r.Context()
+	if s.cfg.Workers > 0 {
+		// A worker does its work whether or not the sender still waits
+		// for the answer: the next request in the queue waits for it all
+		// the same. Without a pool nothing waits on it, and the record
+		// is written as soon as the sender is gone.
+		ctx = context.WithoutCancel(ctx)
+	}
+	s.delay(ctx, latency)
 
 	d.Status, d.Reason = v.status, v.reason
 	// The sender gave up on the request before it was answered (its
@@ -73,8 +91,9 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, v.reason, v.status)
 }
 
-// judge checks the request as a push service would and decides the answer, filling d.
-func (s *Server) judge(r *http.Request, org string, d *Delivery) verdict {
+// judge checks the request, whose body was read as body (or failed with readErr), as a push
+// service would and decides the answer at d.Started, filling d.
+func (s *Server) judge(r *http.Request, org string, body []byte, readErr error, d *Delivery) verdict {
 	sub := s.lookup(d.SubID)
 	if sub == nil {
 		return reject(http.StatusNotFound, "no such subscription")
@@ -107,9 +126,8 @@ func (s *Server) judge(r *http.Request, org string, d *Delivery) verdict {
 		d.Topic = t
 	}
 
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodySize+1))
-	if err != nil {
-		return reject(http.StatusBadRequest, "read body: "+err.Error())
+	if readErr != nil {
+		return reject(http.StatusBadRequest, "read body: "+readErr.Error())
 	}
 	if len(body) > MaxBodySize {
 		return reject(http.StatusRequestEntityTooLarge, "body larger than 4096 bytes")
@@ -137,7 +155,7 @@ func (s *Server) judge(r *http.Request, org string, d *Delivery) verdict {
 		return reject(http.StatusForbidden, err.Error())
 	}
 	d.Audience, d.Subject, d.JWTExp = claims.aud, claims.sub, claims.exp
-	if err := claims.check(org, d.At); err != nil {
+	if err := claims.check(org, d.Started); err != nil {
 		return reject(http.StatusForbidden, err.Error())
 	}
 	if verify {
@@ -152,7 +170,24 @@ func (s *Server) judge(r *http.Request, org string, d *Delivery) verdict {
 		}
 		d.Verified = true
 	}
-	return s.decide(sub, org, d.At)
+	return s.decide(sub, org, d.Started)
+}
+
+// StatusClientClosed is the status recorded for a request its sender gave up on while it
+// waited for a worker (nginx's 499): it was dropped without work and never answered.
+const StatusClientClosed = 499
+
+// dropQueued records and ends a request that left the queue without a worker: its sender went
+// away, or the simulator is closing (503).
+func (s *Server) dropQueued(w http.ResponseWriter, r *http.Request, d Delivery) {
+	d.Wait = time.Since(d.At)
+	d.ClientGone = r.Context().Err() != nil
+	d.Status, d.Reason = StatusClientClosed, "sender went away while queued"
+	if !d.ClientGone {
+		d.Status, d.Reason = http.StatusServiceUnavailable, "push service shutting down"
+	}
+	s.rec.add(d)
+	http.Error(w, d.Reason, d.Status)
 }
 
 // decide answers a valid request: the subscription's script, else the rate limit, else the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -28,6 +29,11 @@ type Delivery struct {
 	Status   int       `json:"status"`              // what the simulator answered
 	Reason   string    `json:"reason,omitempty"`    // why it answered an error status
 	At       time.Time `json:"at"`                  // when the request arrived
+	// Started is when a worker took the request up (Config.Workers; At
+	// without a pool), zero when none did; Wait is how long it queued
+	// for one: Started - At, or until it left the queue.
+	Started time.Time     `json:"started,omitzero"`
+	Wait    time.Duration `json:"wait_ns"`
 	// ClientGone: the sender had closed the request (or its connection)
 	// before the answer was written, so it never read the answer. Seen
 	// when the simulator notices in time; false says nothing.
@@ -93,6 +99,23 @@ func (s *Server) Deliveries() []Delivery {
 	for i := range out {
 		out[i].Payload = bytes.Clone(out[i].Payload)
 	}
+	return out
+}
+
+// Waits returns, in ascending order, how long each kept request (Config.KeepDeliveries) that
+// arrived at or after from waited in its origin's queue: until a worker took it up, or, for
+// one dropped from the queue (StatusClientClosed), until it was dropped.
+func (s *Server) Waits(from time.Time) []time.Duration {
+	r := &s.rec
+	r.mu.Lock()
+	var out []time.Duration
+	for i := range r.ring {
+		if d := &r.ring[i]; !d.At.Before(from) {
+			out = append(out, d.Wait)
+		}
+	}
+	r.mu.Unlock()
+	slices.Sort(out)
 	return out
 }
 

@@ -2,7 +2,8 @@
 // --dev mode. It mints subscriptions (keeping their private keys), accepts RFC 8030 push
 // requests, checks the headers a real push service requires, verifies RFC 8292 VAPID and
 // decrypts RFC 8291 aes128gcm bodies byte-exactly, then answers as scripted per subscription or
-// as configured (rate limit, failure fractions, latency), and records what it received. A
+// as configured (rate limit, failure fractions, latency, a pool of workers per origin that
+// queues what it cannot serve yet), and records what it received and how long it queued. A
 // subscription made with an application server key is bound to it, as a browser's is: a push
 // signed with any other key gets 403, as FCM answers.
 //
@@ -65,6 +66,7 @@ type Server struct {
 	pool    *x509.CertPool
 	certDER []byte // the self-signed certificate, when Config.TLS
 	limiter *limiter
+	workers *workers
 	faults  atomic.Pointer[Faults]
 	vapidK  []byte // cfg.VAPIDPublicKey decoded; nil accepts any key
 
@@ -106,6 +108,7 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 		cfg:     cfg,
 		logger:  logger,
 		limiter: newLimiter(cfg.RateLimit, cfg.Burst, cfg.PerSecond),
+		workers: newWorkers(cfg.Workers),
 		subs:    make(map[string]*subscription),
 		closing: make(chan struct{}),
 	}
