@@ -149,39 +149,26 @@ func (c *Config) register(fs *flag.FlagSet) {
 
 func registerPacingFlags(fs *flag.FlagSet, p *pacing.Config, share *bool) {
 	fs.BoolVar(&p.Enabled, "pacing", p.Enabled, "adaptive pacing per push service (false sends as fast as the window allows)")
-	fs.BoolVar(share, "pacing-share", *share, "share pacing with the other processors through the push.pacing topic: a cut or pause seen by one holds for all")
-	fs.DurationVar(&p.Window, "pacing-window", p.Window, "rolling window of the reported 429 share")
-	fs.Float64Var(&p.StartRate, "pacing-start-rate", p.StartRate, "sends per second a new push service starts at (tiers 2 and 3); doubles every round trip until throttled")
-	fs.Float64Var(&p.CutRate, "pacing-cut-rate", p.CutRate, "429 share, above the origin's per-device background, that cuts its rate")
-	fs.Float64Var(&p.CutFactor, "pacing-cut-factor", p.CutFactor, "what a cut keeps of the rate the origin accepted")
-	fs.DurationVar(&p.CutCooldown, "pacing-cut-cooldown", p.CutCooldown, "least time between two cuts")
-	fs.Float64Var(&p.HaltRate, "pacing-halt-rate", p.HaltRate, "429 share above which an origin is also paused for its Retry-After")
-	fs.Float64Var(&p.ErrorHaltRate, "pacing-error-halt-rate", p.ErrorHaltRate, "5xx and transport error share above which an origin's breaker opens")
-	fs.DurationVar(&p.OpenFor, "pacing-open-for", p.OpenFor, "how long an open breaker waits before half-open probes")
+	fs.BoolVar(share, "pacing-share", *share, "share pacing with the other processors through the push.pacing topic: one estimate per push service, each processor sending its part")
+	fs.Float64Var(&p.CutRate, "pacing-cut-rate", p.CutRate, "429 share, above the push service's per-device background, that cuts its rate")
+	fs.Float64Var(&p.CutFactor, "pacing-cut-factor", p.CutFactor, "what a cut keeps of the rate the push service accepted")
+	fs.Float64Var(&p.HaltRate, "pacing-halt-rate", p.HaltRate, "429 share above which a cut also halts the push service for its Retry-After")
+	fs.DurationVar(&p.DefaultPause, "pacing-default-pause", p.DefaultPause, "halt after a 429 share past --pacing-halt-rate without Retry-After")
+	fs.Float64Var(&p.ErrorHaltRate, "pacing-error-halt-rate", p.ErrorHaltRate, "5xx and transport error share above which a push service's breaker opens")
+	fs.DurationVar(&p.OpenFor, "pacing-open-for", p.OpenFor, "how long an open breaker waits before half-open probes (doubled each time in a row)")
 	fs.IntVar(&p.Probes, "pacing-probes", p.Probes, "half-open probe requests")
 	fs.IntVar(&p.MinSamples, "pacing-min-samples", p.MinSamples, "answers a share needs before it counts")
-	fs.Float64Var(&p.Confidence, "pacing-confidence", p.Confidence, "confidence that a share is above its threshold before a cut, pause or open (Wilson lower bound; 0.5: the plain share)")
-	fs.Float64Var(&p.ProbeRate, "pacing-probe-rate", p.ProbeRate, "growth of an origin's rate per second once a cut is answered")
-	fs.DurationVar(&p.ProbeDouble, "pacing-probe-double", p.ProbeDouble, "the growth doubles this often once the origin takes more than it did")
-	fs.Float64Var(&p.ProbeMax, "pacing-probe-max", p.ProbeMax, "highest growth of an origin's rate per second")
-	fs.IntVar(&p.MaxLimit, "pacing-max-concurrency", p.MaxLimit, "highest concurrency per push service (the rate sets it below: Little's law)")
-	fs.IntVar(&p.MinLimit, "pacing-min-concurrency", p.MinLimit, "lowest concurrency per push service")
-	fs.DurationVar(&p.DefaultPause, "pacing-default-pause", p.DefaultPause, "pause after a 429 without Retry-After")
-	fs.IntVar(&p.SubPauses, "pacing-sub-pauses", p.SubPauses, "paused subscriptions remembered (LRU)")
-	fs.Float64Var(&p.RetryShare, "pacing-retry-share", p.RetryShare, "most of an origin's slots retries may hold while first sends wait")
-	fs.IntVar(&p.QueueLimit, "pacing-queue", p.QueueLimit, "sends waiting per origin (or two seconds of its rate, if more) before the lowest tier goes back to the ladder")
-	fs.DurationVar(&p.ShedAfter, "pacing-shed-after", p.ShedAfter, "how long an origin's queue may stand still before it sheds its lowest tier")
-	// Read and ignored since the rate controller replaced the concurrency
-	// raise and the sender-wide rule; kept so that scripts and config
-	// files naming them go on working.
-	const gone = "(no longer used; accepted for old scripts)"
-	fs.Float64Var(&p.CalmRate, "pacing-calm-rate", p.CalmRate, gone)
-	fs.DurationVar(&p.CalmFor, "pacing-calm-for", p.CalmFor, gone)
-	fs.DurationVar(&p.RaiseEvery, "pacing-raise-every", p.RaiseEvery, gone)
-	fs.Float64Var(&p.RaiseFactor, "pacing-raise-factor", p.RaiseFactor, gone)
-	fs.IntVar(&p.SenderWideSubs, "pacing-sender-wide-subs", p.SenderWideSubs, gone)
-	fs.DurationVar(&p.SenderWideWindow, "pacing-sender-wide-window", p.SenderWideWindow, gone)
-	fs.Float64Var(&p.SenderWideRate, "pacing-sender-wide-rate", p.SenderWideRate, gone)
+	fs.IntVar(&p.MaxLimit, "pacing-max-concurrency", p.MaxLimit, "highest number of sends in flight per push service (the concurrency law finds it below)")
+	fs.IntVar(&p.MinLimit, "pacing-min-concurrency", p.MinLimit, "lowest number of sends in flight per push service")
+	fs.IntVar(&p.SubPauses, "pacing-sub-pauses", p.SubPauses, "subscriptions paused by a 429 remembered (LRU)")
+	// Read and ignored: the laws of docs/pacing.md replaced the rules they
+	// tuned. Kept so that scripts and config files naming them go on
+	// working (deprecatedFlags).
+	for _, name := range []string{"pacing-window", "pacing-start-rate", "pacing-cut-cooldown", "pacing-confidence", "pacing-probe-rate",
+		"pacing-probe-double", "pacing-probe-max", "pacing-retry-share", "pacing-queue", "pacing-shed-after", "pacing-calm-rate",
+		"pacing-calm-for", "pacing-raise-every", "pacing-raise-factor", "pacing-sender-wide-subs", "pacing-sender-wide-window", "pacing-sender-wide-rate"} {
+		fs.Func(name, "(no longer used; accepted for old scripts)", func(string) error { return nil })
+	}
 }
 
 func registerTopicFlags(fs *flag.FlagSet, s *admin.Spec) {

@@ -214,7 +214,7 @@ func TestConfigFileErrorPositions(t *testing.T) {
 func TestConfigPrecedence(t *testing.T) {
 	yaml := writeConfig(t, `max-in-flight: 300
 send-timeout: 3s
-pacing-window: 30s
+pacing-halt-rate: 0.3
 pacing:
   cut_rate: 0.07
   open_for: 12s
@@ -256,11 +256,11 @@ tiers:
 				t.Errorf("max-in-flight %d, pacing-cut-rate %g, pacing-open-for %s; want %d, %g, %s",
 					cfg.MaxInFlight, cfg.Pacing.CutRate, cfg.Pacing.OpenFor, tt.inFly, tt.cutRate, tt.openFor)
 			}
-			if cfg.SendTimeout != 3*time.Second || cfg.Pacing.Window != 30*time.Second || cfg.Pacing.MaxLimit != 64 {
-				t.Errorf("send-timeout %s, pacing-window %s, pacing-max-concurrency %d; want the file's 3s, 30s, 64", cfg.SendTimeout, cfg.Pacing.Window, cfg.Pacing.MaxLimit)
+			if cfg.SendTimeout != 3*time.Second || cfg.Pacing.HaltRate != 0.3 || cfg.Pacing.MaxLimit != 64 {
+				t.Errorf("send-timeout %s, pacing-halt-rate %g, pacing-max-concurrency %d; want the file's 3s, 0.3, 64", cfg.SendTimeout, cfg.Pacing.HaltRate, cfg.Pacing.MaxLimit)
 			}
-			if def := DefaultConfig(); cfg.DrainTimeout != def.DrainTimeout || cfg.Pacing.HaltRate != def.Pacing.HaltRate {
-				t.Errorf("keys the file does not name changed: drain-timeout %s, pacing-halt-rate %g", cfg.DrainTimeout, cfg.Pacing.HaltRate)
+			if def := DefaultConfig(); cfg.DrainTimeout != def.DrainTimeout || cfg.Pacing.Probes != def.Pacing.Probes {
+				t.Errorf("keys the file does not name changed: drain-timeout %s, pacing-probes %d", cfg.DrainTimeout, cfg.Pacing.Probes)
 			}
 			want := tiers.DefaultPolicy()
 			want.Tier2 = tiers.Ladder{Steps: []time.Duration{time.Second, 5 * time.Second}, MaxAttempts: 3, Weight: 3}

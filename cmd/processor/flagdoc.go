@@ -58,6 +58,16 @@ var groupPrefixes = []struct{ prefix, group string }{
 // deprecatedFlags are accepted for old scripts and config files, and
 // ignored: the value says why.
 var deprecatedFlags = map[string]string{
+	"pacing-window":             "no longer used: the rate law judges every answer since the last cut",
+	"pacing-start-rate":         "no longer used: a new push service ramps by its round trips, a known one starts at the group's estimate",
+	"pacing-cut-cooldown":       "no longer used: a cut judges only what was sent after the last one",
+	"pacing-confidence":         "no longer used: the cut is a sequential test (CUSUM)",
+	"pacing-probe-rate":         "no longer used: the rate grows by the cubic law of docs/pacing.md",
+	"pacing-probe-double":       "no longer used: the rate grows by the cubic law of docs/pacing.md",
+	"pacing-probe-max":          "no longer used: the rate grows by the cubic law of docs/pacing.md",
+	"pacing-retry-share":        "no longer used: retries and first sends wait in one queue per tier",
+	"pacing-queue":              "no longer used: a send waits in memory unless it would wait longer than its retry step",
+	"pacing-shed-after":         "no longer used: a send waits in memory unless it would wait longer than its retry step",
 	"pacing-calm-rate":          "no longer used: the rate controller replaced the concurrency raise",
 	"pacing-calm-for":           "no longer used: the rate controller replaced the concurrency raise",
 	"pacing-raise-every":        "no longer used: the rate controller replaced the concurrency raise",

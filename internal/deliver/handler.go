@@ -241,9 +241,13 @@ func (h *Handler) admit(ctx context.Context, j *job) (out []*kgo.Record, ok bool
 		// TTL 0: deliver now or never; there is no retry.
 		return h.expired(j), false
 	}
+	// A send that cannot go at once waits in memory for as long as the
+	// ladder would hold it: the step a deferral goes to.
+	l := h.cfg.Policy.Ladder(j.in.Source.Tier)
 	slot, until := h.pacer.Acquire(ctx, pacing.Request{
 		Origin: j.ev.Origin(), Sub: j.rep.Sub, Tier: j.in.Source.Tier, Retry: j.meta.Attempt > 0,
 		Failing: j.meta.Attempt > 0 && j.meta.Status != 429 && j.meta.Status != 406,
+		Hold:    l.Steps[l.StepFor(max(j.meta.Attempt, 1))],
 	})
 	if ctx.Err() != nil {
 		// Handed back while it waited: the next owner sends it.
@@ -274,11 +278,17 @@ func (h *Handler) send(ctx context.Context, j *job) {
 	if j.slot == nil {
 		return
 	}
+	// The TTL left when the send starts: the slot may have been waited
+	// for. Too little left, the slot is handed back and decide ends it.
+	start := h.cfg.Now()
 	ttl := time.Duration(0)
 	if j.ev.TTL > 0 {
-		ttl = j.dec.Deadline.Sub(j.now).Truncate(time.Second)
+		if ttl = j.dec.Deadline.Sub(start).Truncate(time.Second); ttl < time.Second {
+			j.slot.Done(push.Result{Class: push.Deferred})
+			j.res, j.dec.Now = push.Result{Class: push.Deferred, Status: j.meta.Status}, start
+			return
+		}
 	}
-	start := h.cfg.Now()
 	j.res = h.sender.Send(ctx, j.ev, ttl)
 	j.slot.Done(j.res)
 	j.dec.Attempt = j.meta.Attempt + 1

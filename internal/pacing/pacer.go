@@ -20,40 +20,38 @@ type Request struct {
 	Retry  bool       // a send after an earlier attempt
 	// Failing: the notification's last attempt failed with a server or
 	// transport error. Its failures say more about it than about the
-	// origin, so they neither open the breaker nor keep it open: a few
-	// notifications that always fail must spend their attempts and reach
-	// the DLQ, not hold the origin halted and themselves on the ladder.
+	// origin, so they do not count toward an outage: a few notifications
+	// that always fail must spend their attempts and reach the DLQ, not
+	// hold the origin halted and themselves on the ladder.
 	Failing bool
+	// Hold is the longest the request would rather wait in memory than go
+	// back to the retry ladder: the delay of the step it would go to.
+	// Zero: defaultHold.
+	Hold time.Duration
 }
-
-// Breaker states.
-const (
-	Closed   = "closed"
-	Open     = "open"
-	HalfOpen = "half-open"
-)
 
 // LaneState is a snapshot of one origin's pacing.
 type LaneState struct {
 	Origin   string
-	Limit    int
+	Limit    int // sends in flight allowed (the concurrency law)
 	InFlight int
 	Waiting  int
-	// Rate is this processor's send rate for the origin (sends/s); 0 while
-	// it is not paced (pacing off). PeerRate is what the other processors
-	// sharing the origin last said of theirs: together, the estimate of
-	// what the origin sustains.
+	// Estimate is what the group believes the origin accepts (sends/s),
+	// Rate this processor's part of it; both 0 while no limit is known.
+	// PeerRate is what the other processors sharing the origin send.
+	Estimate  float64
 	Rate      float64
 	PeerRate  float64
 	Peers     int
 	SlowStart bool
-	// Rate429 is the share of attempts answered 429 over the rolling
-	// window; Background the share learnt as per-device throttling.
+	// Rate429 is the share of answers that were 429s over the last
+	// second; Background the share learnt as devices' throttling.
 	Rate429    float64
 	Background float64
-	// Ceiling is what the origin was seen to accept from this processor
-	// at its last cut (sends/s): where the rate comes back to after a cut.
-	Ceiling     float64
+	// Ceiling is what the origin was seen to accept at the last cut (W).
+	Ceiling float64
+	// Base is the origin's base round trip (the least latency of late).
+	Base        time.Duration
 	Breaker     string
 	PausedUntil time.Time
 }
@@ -62,22 +60,18 @@ type LaneState struct {
 type Event struct {
 	At     time.Time
 	Origin string
-	// Kind: "cut", "raise", "hold" (a cut undone: its 429s did not follow
-	// the rate), "pause" (halted for Retry-After), "open", "half-open",
-	// "closed" (the error breaker), "evict", "peer" (a peer's cut or
-	// pause applied), "bursts" (the origin refused tier 1's burst and
-	// not the rate: no cut, tier 1 held to the allowance).
+	// Kind: "cut" (the rate law), "peer" (another processor's cut
+	// taken), "queue" (the concurrency law found the origin queueing),
+	// "open", "half-open", "closed" (the breaker), "evict".
 	Kind  string
 	Limit int
-	// Rate is the 429 (or error) share that caused it.
-	Rate float64
-	// Estimate is the send rate after it (sends/s); Accepted what the
-	// origin was found to accept per second, for a cut or pause, and for
-	// "bursts" the allowance learnt (sends at once).
+	// Rate is the 429 share a cut was made on; Estimate E after it;
+	// Accepted what the origin was seen to accept (W).
+	Rate     float64
 	Estimate float64
 	Accepted float64
 	Until    time.Time
-	// Peer: applied from another processor's signal.
+	// Peer: caused by another processor's signal.
 	Peer bool
 }
 
@@ -87,6 +81,7 @@ type Pacer struct {
 	now      func() time.Time
 	observe  func(Event)
 	signal   func(Signal)
+	timer    func(*lane, time.Duration) // wakes a lane's waiters (timer)
 	mu       sync.Mutex
 	lanes    map[string]*lane
 	swept    time.Time // when idle lanes were last evicted
@@ -122,7 +117,7 @@ func New(cfg Config, opts ...Option) (*Pacer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pacer{cfg: cfg, now: time.Now, observe: func(Event) {}, signal: func(Signal) {}, lanes: make(map[string]*lane), subs: subs, stopping: make(chan struct{})}
+	p := &Pacer{cfg: cfg, now: time.Now, observe: func(Event) {}, signal: func(Signal) {}, timer: timer, lanes: make(map[string]*lane), subs: subs, stopping: make(chan struct{})}
 	for _, o := range opts {
 		o(p)
 	}
@@ -131,24 +126,20 @@ func New(cfg Config, opts ...Option) (*Pacer, error) {
 
 // Slot is a granted send. Done must be called exactly once with the result.
 type Slot struct {
-	p     *Pacer
-	l     *lane
-	req   Request
-	probe bool
-	safe  bool // granted at or below the ceiling, once it has stood
-	// probing: granted in slow start or above the ceiling, where the
-	// origin's limit is being looked for; a 429 then is the origin's.
-	probing bool
-	// ahead: tier 1 granted ahead of the rate (burstsRefusedLocked).
-	ahead   bool
+	p       *Pacer
+	l       *lane
+	req     Request
 	granted time.Time
+	seq     uint64
+	below   bool // granted while E was below W
+	probe   bool // a half-open probe
 }
 
 // Acquire waits for a slot for req. It returns nil and a not-before time
 // (zero when there is no particular floor) when the request must instead
 // be deferred along the retry ladder without spending an attempt: the
-// breaker is open, the origin or subscription is paused, the origin's
-// queue is full, or the pacer is closing.
+// subscription is paused, the origin is halted or its queue is longer
+// than req.Hold, or the pacer is closing.
 func (p *Pacer) Acquire(ctx context.Context, req Request) (*Slot, time.Time) {
 	if !p.cfg.Enabled {
 		return &Slot{p: p, req: req}, time.Time{}
@@ -164,9 +155,10 @@ func (p *Pacer) Acquire(ctx context.Context, req Request) (*Slot, time.Time) {
 	if l == nil {
 		return nil, time.Time{}
 	}
-	w, slot, until := l.admit(p, req, now)
+	s, w, until, fx := l.admit(req, now)
+	p.emit(l, fx)
 	if w == nil {
-		return slot, until
+		return s, until
 	}
 	select {
 	case g := <-w.ch:
@@ -178,12 +170,41 @@ func (p *Pacer) Acquire(ctx context.Context, req Request) (*Slot, time.Time) {
 	if l.cancel(w) {
 		return nil, time.Time{}
 	}
-	g := <-w.ch
-	if g.slot != nil {
+	if g := <-w.ch; g.slot != nil {
 		g.slot.Done(push.Result{Class: push.Deferred})
 	}
 	return nil, time.Time{}
 }
+
+// Done reports the result of the send and frees the slot.
+func (s *Slot) Done(r push.Result) {
+	if s.l == nil {
+		return
+	}
+	now := s.p.now()
+	s.p.emit(s.l, s.l.done(s, r, now))
+	if r.Status == 429 {
+		// The device's own throttling, or the origin's: either way this
+		// subscription's next sends wait it out.
+		s.p.subs.Add(s.req.Sub, now.Add(max(r.RetryAfter, s.p.cfg.DefaultPause)))
+	}
+}
+
+// emit does what a lane decided, outside its lock.
+func (p *Pacer) emit(l *lane, fx effects) {
+	for _, g := range fx.grants {
+		g.w.ch <- g.g
+	}
+	for _, e := range fx.events {
+		p.observe(e)
+	}
+	if fx.signal != nil {
+		p.signal(*fx.signal)
+	}
+}
+
+// wake runs a lane's timer.
+func (p *Pacer) wake(l *lane) { p.emit(l, l.woken(p.now())) }
 
 // lane returns origin's lane, made when missing; nil once the pacer is
 // closed.
@@ -203,10 +224,10 @@ func (p *Pacer) lane(origin string, now time.Time) *lane {
 }
 
 // Any public host is a new origin, so lanes are evicted once idle: nothing
-// in flight or waiting, no pause, no open breaker, no peer heard of lately,
-// and unused for LaneIdle; at most once a minute, and at once while
-// MaxLanes lanes exist (then the least recently used idle ones first, down
-// to three quarters of it). An origin that comes back starts afresh.
+// in flight or waiting, no breaker open, no peer heard of lately, and
+// unused for LaneIdle; at most once a minute, and at once while MaxLanes
+// lanes exist (then the least recently used idle ones first, down to three
+// quarters of it). An origin that comes back starts afresh.
 const (
 	MaxLanes = 4096
 	LaneIdle = 10 * time.Minute
@@ -240,28 +261,25 @@ func (p *Pacer) evictLocked(now time.Time) {
 	}
 }
 
-// Done reports the result of the send and frees the slot.
-func (s *Slot) Done(r push.Result) {
-	if s.l == nil {
-		return
-	}
-	now := s.p.now()
-	throttled := r.Status == 429 || (r.Status == 406 && r.Class == push.Retryable)
-	if s.l.done(s, r, throttled, now) {
-		// The device's own throttling: its later sends wait it out.
-		pause := max(r.RetryAfter, s.p.cfg.DefaultPause)
-		s.p.subs.Add(s.req.Sub, now.Add(pause))
-	}
-}
-
-// Close defers every waiting request and every later one: shutdown hands
-// work back to the ladder instead of sending it.
+// Close defers every waiting request and every later one (shutdown hands
+// work back to the ladder instead of sending it), and tells the other
+// processors this one leaves.
 func (p *Pacer) Close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.closed {
-		p.closed = true
-		close(p.stopping)
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	close(p.stopping)
+	origins := make([]string, 0, len(p.lanes))
+	for o := range p.lanes {
+		origins = append(origins, o)
+	}
+	p.mu.Unlock()
+	now := p.now()
+	for _, o := range origins {
+		p.signal(Signal{Origin: o, At: now, Kind: SignalLeave})
 	}
 }
 

@@ -1,9 +1,9 @@
 // Package share carries pacing signals between the processors that send to
 // the same push services, through a compacted topic keyed by origin
-// (`push.pacing`): every processor produces its pacer's signals (a cut, a
-// pause, the breaker, its send rate now and then) and reads everyone
-// else's, so that together they stay under one origin's limit and a pause
-// seen by one holds for all within a fetch. It owns one Kafka client and
+// (`push.pacing`): every processor produces its pacer's signals (its rates
+// now and then, a cut, a halt, that it leaves) and reads everyone else's,
+// so that together they hold one estimate of each origin, each sends its
+// part of it, and a halt seen by one holds for all within a fetch. It owns one Kafka client and
 // its two goroutines; it decides nothing about pacing (internal/pacing
 // does) and must not block the pacer: signals it cannot send at once are
 // dropped, the newest kept.
@@ -37,8 +37,9 @@ type Config struct {
 	// From names this processor in its signals; it must differ between
 	// the processors of a group (the pod name, a host:pid).
 	From string
-	// Since is how far back a starting processor reads: a pause or a
-	// rate still in force reaches it. Default 1 minute.
+	// Since is how far back a starting processor reads: the group's last
+	// estimate of each origin it sent to, and a pause still in force,
+	// reach it. Default 1 hour.
 	Since time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -51,15 +52,11 @@ type record struct {
 	At       int64   `json:"at_ms"`
 	Rate     float64 `json:"rate"`
 	Accepted float64 `json:"accepted,omitempty"`
-	Until    int64   `json:"until_ms,omitempty"`
-	Storms   int     `json:"storms,omitempty"`
-	// Answers and Throttled: the sender's rolling counts (pacing.Signal).
-	Answers   int `json:"answers,omitempty"`
-	Throttled int `json:"throttled,omitempty"`
-	// Judged and JudgedThrottled: the answers a cut was judged on
-	// (pacing.Signal).
-	Judged          int `json:"judged,omitempty"`
-	JudgedThrottled int `json:"judged_throttled,omitempty"`
+	Limited  bool    `json:"limited,omitempty"`
+	// Ceiling and Epoch: the group's last cut (pacing.Signal).
+	Ceiling float64 `json:"ceiling,omitempty"`
+	Epoch   int64   `json:"epoch_ms,omitempty"`
+	Until   int64   `json:"until_ms,omitempty"`
 }
 
 // queued bounds the signals waiting to be produced.
@@ -86,7 +83,7 @@ func New(cfg Config, log *slog.Logger, to Applier, kopts []kgo.Opt) (*Exchange, 
 		return nil, errors.New("share: topic and from are required")
 	}
 	if cfg.Since <= 0 {
-		cfg.Since = time.Minute
+		cfg.Since = time.Hour
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -153,7 +150,10 @@ func (e *Exchange) produce(ctx context.Context) {
 		e.queue = nil
 		e.mu.Unlock()
 		for _, s := range batch {
-			r := record{From: e.cfg.From, Kind: s.Kind, At: s.At.UnixMilli(), Rate: s.Rate, Accepted: s.Accepted, Storms: s.Storms, Answers: s.Answers, Throttled: s.Throttled, Judged: s.Judged, JudgedThrottled: s.JudgedThrottled}
+			r := record{From: e.cfg.From, Kind: s.Kind, At: s.At.UnixMilli(), Rate: s.Rate, Accepted: s.Accepted, Limited: s.Limited, Ceiling: s.Ceiling}
+			if !s.Epoch.IsZero() {
+				r.Epoch = s.Epoch.UnixMilli()
+			}
 			if !s.Until.IsZero() {
 				r.Until = s.Until.UnixMilli()
 			}
@@ -180,7 +180,10 @@ func (e *Exchange) apply(rec *kgo.Record) {
 	if len(rec.Key) == 0 || json.Unmarshal(rec.Value, &r) != nil || r.From == e.cfg.From || r.Kind == "" {
 		return
 	}
-	s := pacing.Signal{Origin: string(rec.Key), From: r.From, Kind: r.Kind, At: time.UnixMilli(r.At), Rate: r.Rate, Accepted: r.Accepted, Storms: r.Storms, Answers: r.Answers, Throttled: r.Throttled, Judged: r.Judged, JudgedThrottled: r.JudgedThrottled}
+	s := pacing.Signal{Origin: string(rec.Key), From: r.From, Kind: r.Kind, At: time.UnixMilli(r.At), Rate: r.Rate, Accepted: r.Accepted, Limited: r.Limited, Ceiling: r.Ceiling}
+	if r.Epoch != 0 {
+		s.Epoch = time.UnixMilli(r.Epoch)
+	}
 	if r.Until != 0 {
 		s.Until = time.UnixMilli(r.Until)
 	}

@@ -146,14 +146,14 @@ func TestPauseReachesPeers(t *testing.T) {
 }
 
 // TestSignalCarriesEveryField: a signal reaches a peer through push.pacing
-// with every figure it was published with, the rolling answer counts the
-// breaker judges on and the evidence of a cut among them.
+// with every figure it was published with: its rates, and the group's cut
+// (W and t0) every processor computes the estimate from.
 func TestSignalCarriesEveryField(t *testing.T) {
 	c := cluster(t)
 	a, b := start(t, c, "a"), start(t, c, "b")
 	at := time.Now().Truncate(time.Millisecond)
-	want := pacing.Signal{Origin: origin, From: "a", At: at, Kind: pacing.SignalCut, Rate: 12.5, Accepted: 11,
-		Until: at.Add(time.Second), Storms: 2, Answers: 90, Throttled: 29, Judged: 20, JudgedThrottled: 3}
+	want := pacing.Signal{Origin: origin, From: "a", At: at, Kind: pacing.SignalCut, Rate: 12.5, Accepted: 11, Limited: true,
+		Ceiling: 11.5, Epoch: at.Add(-time.Second), Until: at.Add(time.Second)}
 	a.ex.Publish(want)
 	deadline := time.Now().Add(5 * time.Second)
 	for len(b.rec.signals()) == 0 {
@@ -163,10 +163,10 @@ func TestSignalCarriesEveryField(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polling a deadline, not waiting a fixed time
 	}
 	got := b.rec.signals()[0]
-	if !got.At.Equal(want.At) || !got.Until.Equal(want.Until) {
-		t.Errorf("times: got at %s until %s, want %s and %s", got.At, got.Until, want.At, want.Until)
+	if !got.At.Equal(want.At) || !got.Until.Equal(want.Until) || !got.Epoch.Equal(want.Epoch) {
+		t.Errorf("times: got at %s until %s epoch %s, want %s, %s and %s", got.At, got.Until, got.Epoch, want.At, want.Until, want.Epoch)
 	}
-	got.At, got.Until, want.At, want.Until = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	got.At, got.Until, got.Epoch, want.At, want.Until, want.Epoch = time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	if got != want {
 		t.Errorf("b got %+v, want %+v", got, want)
 	}

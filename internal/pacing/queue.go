@@ -1,0 +1,115 @@
+package pacing
+
+import (
+	"slices"
+	"time"
+
+	"github.com/tierpush/tierpush/tiers"
+)
+
+// defaultHold is how long a request that names no Hold may wait in
+// memory: the shortest step of the default ladders.
+const defaultHold = 2 * time.Second
+
+type grant struct {
+	slot  *Slot
+	until time.Time
+}
+
+// waiter is a request waiting for a slot.
+type waiter struct {
+	ch  chan grant
+	req Request
+}
+
+func (w *waiter) hold() time.Duration {
+	if w.req.Hold > 0 {
+		return w.req.Hold
+	}
+	return defaultHold
+}
+
+// queue holds the requests waiting for a slot: oldest first within a tier,
+// the tiers taking turns by their weights (smooth weighted round robin), so
+// tier 1 goes first and no tier waits for ever.
+type queue struct {
+	tiers [3][]*waiter
+	turns tiers.RoundRobin
+	n     int
+}
+
+func (q *queue) push(w *waiter) {
+	i := w.req.Tier.Index()
+	q.tiers[i] = append(q.tiers[i], w)
+	q.n++
+}
+
+// pop takes the waiter whose turn it is; nil when none waits.
+func (q *queue) pop() *waiter {
+	i := q.turns.Next(func(i int) bool { return len(q.tiers[i]) > 0 })
+	if i < 0 {
+		return nil
+	}
+	w := q.tiers[i][0]
+	q.tiers[i][0] = nil
+	q.tiers[i] = q.tiers[i][1:]
+	q.n--
+	return w
+}
+
+// remove takes w out; false when it is no longer waiting.
+func (q *queue) remove(w *waiter) bool {
+	i := w.req.Tier.Index()
+	at := slices.Index(q.tiers[i], w)
+	if at < 0 {
+		return false
+	}
+	q.tiers[i] = slices.Delete(q.tiers[i], at, at+1)
+	q.n--
+	return true
+}
+
+// ahead counts the waiters a request of tier index ti waits behind: those
+// of its tier and of the tiers above it.
+func (q *queue) ahead(ti int) int {
+	n := 0
+	for i := 0; i <= ti; i++ {
+		n += len(q.tiers[i])
+	}
+	return n
+}
+
+// shed takes out every waiter that would rather go back to the ladder
+// than wait: the whole of pause, and after it its place in the queue at
+// rate sends per second (tier by tier); each with when it may come back.
+func (q *queue) shed(pause time.Duration, rate float64, now time.Time) []granted {
+	var out []granted
+	k := 0
+	for i := range q.tiers {
+		q.tiers[i] = slices.DeleteFunc(q.tiers[i], func(w *waiter) bool {
+			k++
+			if wait := pause + queued(k, rate); wait > w.hold() {
+				out = append(out, granted{w, grant{until: now.Add(wait)}})
+				return true
+			}
+			return false
+		})
+	}
+	q.n -= len(out)
+	return out
+}
+
+// queued is how long the k-th in a queue served at rate per second waits.
+func queued(k int, rate float64) time.Duration {
+	return time.Duration(float64(k) / rate * float64(time.Second))
+}
+
+// all takes out every waiter.
+func (q *queue) all() []*waiter {
+	var out []*waiter
+	for i := range q.tiers {
+		out, q.tiers[i] = append(out, q.tiers[i]...), nil
+	}
+	q.n = 0
+	return out
+}
