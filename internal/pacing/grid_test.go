@@ -2,8 +2,8 @@ package pacing
 
 import (
 	"flag"
-	"math/rand/v2"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"testing"

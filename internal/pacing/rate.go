@@ -39,8 +39,8 @@ var growDouble = 9 * time.Second
 const (
 	cusumH     = 4.0
 	epochsKept = 4
-	bMargin = 0.01
-	minRate = 0.5 // sends per second
+	bMargin    = 0.01
+	minRate    = 0.5 // sends per second
 	// tokenSpan is how much of the rate the send bucket holds: sends are
 	// spread, so an origin that allows little burst sees none.
 	tokenSpan = 10 * time.Millisecond
