@@ -58,12 +58,17 @@ func (b *breaker) allow(cfg *Config, now time.Time) (ok, probe bool, until time.
 	return true, false, time.Time{}, false
 }
 
-// answer takes a send's answer; failing: a 5xx or transport error that
-// counts toward an outage. It returns the new state when it changed.
+// answer takes a send's answer: failed (a 5xx or transport error),
+// throttled (a 429), failing (the notification's last attempt failed too:
+// its errors say nothing of the origin). It returns the new state when it
+// changed.
 func (b *breaker) answer(cfg *Config, now time.Time, probe, failed, throttled, failing bool) string {
 	if probe {
 		b.probes--
-		if failed || throttled {
+		switch {
+		case failed && failing:
+			return "" // says more of the notification than of the origin
+		case failed || throttled:
 			b.open(now, b.pause)
 			return Open
 		}

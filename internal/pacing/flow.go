@@ -93,9 +93,8 @@ func (f *flow) answer(cfg *Config, now time.Time, seq uint64, latency time.Durat
 	}
 	base, q := f.baseRTT(), time.Duration(0)
 	if len(f.lat) > 0 {
-		mid := len(f.lat) / 2
 		slices.SortFunc(f.lat, func(a, b time.Duration) int { return cmp.Compare(a, b) })
-		q = f.lat[mid]
+		q = f.lat[len(f.lat)/2]
 	}
 	switch {
 	case q == 0:
@@ -110,6 +109,16 @@ func (f *flow) answer(cfg *Config, now time.Time, seq uint64, latency time.Durat
 	}
 	f.end, f.peak, f.bound, f.lat, f.rounds = f.seq+1, f.inFlight, false, f.lat[:0], f.rounds+1
 	return cut
+}
+
+// queued ends slow start on another processor's word that the origin
+// queues: the limit halves, and the next round judges.
+func (f *flow) queued(cfg *Config) bool {
+	if !f.slowStart {
+		return false
+	}
+	f.slowStart, f.limit = false, max(cfg.MinLimit, f.limit/2)
+	return true
 }
 
 // release frees the slot of a send that was never made.

@@ -33,6 +33,7 @@ type lane struct {
 	backlog    bool
 	wake       time.Time
 	retryAfter time.Duration // of the last 429
+	queueSaid  bool          // the others were told the origin queues
 	used       time.Time     // the last request or answer
 	reported   time.Time
 	timer      *time.Timer
@@ -81,6 +82,9 @@ func (l *lane) admit(req Request, now time.Time) (*Slot, *waiter, time.Time, eff
 	}
 	w := &waiter{ch: make(chan grant, 1), req: req}
 	if wait := l.wait(ti, now); wait > w.hold() {
+		if l.br.state == Open {
+			return nil, nil, l.br.until, fx // the halt's end is the floor
+		}
 		return nil, nil, now.Add(wait), fx
 	}
 	l.q.push(w)
@@ -214,6 +218,10 @@ func (l *lane) done(s *Slot, r push.Result, now time.Time) effects {
 	if c := l.flow.answer(l.cfg, now, s.seq, now.Sub(s.granted), !throttled && !failed); c > 0 {
 		fx.events = append(fx.events, Event{At: now, Origin: l.origin, Kind: "queue", Limit: c})
 		l.shed(now, &fx)
+		if l.flow.rounds == 1 || !l.queueSaid {
+			l.queueSaid = true
+			l.signal(SignalQueue, now, &fx)
+		}
 	}
 	if st := l.br.answer(l.cfg, now, s.probe, failed, throttled, s.req.Failing); st != "" {
 		l.changed(st, now, false, &fx)
@@ -228,10 +236,15 @@ func (l *lane) done(s *Slot, r push.Result, now time.Time) effects {
 }
 
 // accepted is what the group got accepted over the last second: this
-// processor's and what the others last reported.
+// processor's and what the others last reported. What an origin gives in
+// the second after a halt is what it saved during it, not its rate: read
+// then, it is no more than the last cut read.
 func (l *lane) accepted(now time.Time) float64 {
 	_, acc, _ := l.meter.rates(now)
 	_, peerAcc := l.peers.rates(now)
+	if l.rate.known && now.Before(l.meter.resumed().Add(time.Second)) {
+		return min(acc+peerAcc, l.rate.w)
+	}
 	return acc + peerAcc
 }
 
@@ -264,6 +277,16 @@ func (l *lane) changed(state string, now time.Time, peer bool, fx *effects) {
 	fx.events = append(fx.events, ev)
 }
 
+// report0 is a new processor's first report: that it is there.
+func (l *lane) report0(now time.Time) effects {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var fx effects
+	l.backlog = true
+	l.signal(SignalRate, now, &fx)
+	return fx
+}
+
 // report queues a signal of this processor's rates every peerEvery.
 func (l *lane) report(now time.Time, fx *effects) {
 	if now.Sub(l.reported) >= peerEvery && fx.signal == nil {
@@ -288,10 +311,15 @@ func (l *lane) apply(s Signal, now time.Time) effects {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var fx effects
-	if s.Kind == SignalLeave {
+	switch s.Kind {
+	case SignalLeave:
 		delete(l.peers, s.From)
 		l.pump(now, &fx)
 		return fx
+	case SignalQueue:
+		if l.flow.queued(l.cfg) {
+			fx.events = append(fx.events, Event{At: now, Origin: l.origin, Kind: "queue", Limit: l.flow.limit, Peer: true})
+		}
 	}
 	if now.Sub(s.At) <= peerFresh {
 		l.peers[s.From] = peer{at: now, sent: s.Rate, accepted: s.Accepted, limited: s.Limited}

@@ -30,6 +30,9 @@ func (m *meter) tick(now time.Time) *tick {
 	return t
 }
 
+// resumed is when the last pause ended.
+func (m *meter) resumed() time.Time { return time.UnixMilli((m.till + 1) * 100) }
+
 // paused leaves the tenths from now until until out of the readings.
 func (m *meter) paused(now, until time.Time) {
 	m.from, m.till = now.UnixMilli()/100, until.UnixMilli()/100
@@ -45,7 +48,7 @@ func (m *meter) rates(now time.Time) (sent, accepted, throttled float64) {
 	at := now.UnixMilli() / 100
 	var s, a, k int
 	tenths := 0
-	for i := at; i > at-int64(len(m.ticks)) && i >= m.start && (tenths < 10 || a+k < readAnswers); i-- {
+	for i := at; i > at-int64(len(m.ticks)) && i >= m.start && (tenths < readTenths || a+k < readAnswers); i-- {
 		if i >= m.from && i <= m.till && i != at {
 			continue
 		}
@@ -60,6 +63,8 @@ func (m *meter) rates(now time.Time) (sent, accepted, throttled float64) {
 }
 
 const readAnswers = 50
+
+var readTenths = 10
 
 // recent is the 429 share of the newest tenths holding min answers or
 // more, up to a second of them.

@@ -29,9 +29,9 @@ func (w *waiter) hold() time.Duration {
 	return defaultHold
 }
 
-// queue holds the requests waiting for a slot: oldest first within a tier,
-// the tiers taking turns by their weights (smooth weighted round robin), so
-// tier 1 goes first and no tier waits for ever.
+// queue holds the requests waiting for a slot, oldest first within a tier.
+// Tier 1 (2FA codes, password resets) goes first; tiers 2 and 3 take turns
+// by their weights (smooth weighted round robin) in what tier 1 leaves.
 type queue struct {
 	tiers [3][]*waiter
 	turns tiers.RoundRobin
@@ -46,7 +46,10 @@ func (q *queue) push(w *waiter) {
 
 // pop takes the waiter whose turn it is; nil when none waits.
 func (q *queue) pop() *waiter {
-	i := q.turns.Next(func(i int) bool { return len(q.tiers[i]) > 0 })
+	i := 0
+	if len(q.tiers[0]) == 0 {
+		i = q.turns.Next(func(i int) bool { return i > 0 && len(q.tiers[i]) > 0 })
+	}
 	if i < 0 {
 		return nil
 	}
@@ -89,6 +92,9 @@ func (q *queue) shed(pause time.Duration, rate float64, now time.Time) []granted
 		q.tiers[i] = slices.DeleteFunc(q.tiers[i], func(w *waiter) bool {
 			k++
 			if wait := pause + queued(k, rate); wait > w.hold() {
+				if pause > 0 {
+					wait = pause // the halt's end is the floor
+				}
 				out = append(out, granted{w, grant{until: now.Add(wait)}})
 				return true
 			}

@@ -116,14 +116,15 @@ func (r *rateLaw) observe(granted time.Time, below, throttled bool) bool {
 }
 
 // cut starts a new epoch at now on what the group got accepted; the epoch
-// it ends tells the background.
+// it ends tells the background. A cut on an origin that accepted nothing
+// knows no rate: it ramps afresh (once the halt that comes with it ends).
 func (r *rateLaw) cut(now time.Time, accepted float64) {
 	if r.bn >= 2*r.cfg.MinSamples {
 		r.shares[r.epochs%epochsKept] = float64(r.bk) / float64(r.bn)
 		r.epochs++
 		r.b = min(r.cfg.HaltRate-r.cfg.CutRate, slices.Min(r.shares[:min(r.epochs, epochsKept)]))
 	}
-	r.restore(epoch{known: true, w: max(accepted, minRate), t0: now})
+	r.restore(epoch{known: accepted >= minRate, w: accepted, t0: now})
 }
 
 // restore makes e the epoch in force, with a fresh detector.

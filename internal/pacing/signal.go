@@ -32,6 +32,7 @@ type Signal struct {
 const (
 	SignalRate  = "rate"
 	SignalCut   = "cut"
+	SignalQueue = "queue" // the origin queues: slow start ends
 	SignalLeave = "leave"
 )
 
@@ -39,7 +40,7 @@ const (
 // peerFresh has left, and the others take up its part.
 const (
 	peerEvery = 250 * time.Millisecond
-	peerFresh = time.Second
+	peerFresh = 750 * time.Millisecond
 )
 
 // Apply takes a signal from another processor that sends to s.Origin: the

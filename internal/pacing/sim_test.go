@@ -189,13 +189,15 @@ func (s *sim) join(at time.Duration, window, backlog int) {
 		}
 		p.timer = func(l *lane, d time.Duration) { pr.arm(l, d) }
 		pr.p = p
+		// It has read the pacing topic before it sends (as the pipeline
+		// does), and says it is there.
+		s.procs = append(s.procs, pr)
 		for _, q := range s.procs {
-			if q.alive && q.last != nil {
-				sig := *q.last
-				s.at(s.now.Add(signalDelay), func() { pr.apply(sig) })
+			if q != pr && q.alive && q.last != nil {
+				pr.apply(*q.last)
 			}
 		}
-		s.procs = append(s.procs, pr)
+		pr.effects(pr.p.lane(simOrigin, s.now).report0(s.now))
 		for i := range window {
 			s.at(s.now, func() { pr.next(i) })
 		}
@@ -318,6 +320,9 @@ func (pr *simProc) send(i int, slot *Slot) {
 // effects does what a lane decided, as Pacer.emit does.
 func (pr *simProc) effects(fx effects) {
 	s := pr.s
+	if !pr.alive {
+		return // stopped: it sends nothing more
+	}
 	for _, g := range fx.grants {
 		i := pr.waiting[g.w]
 		delete(pr.waiting, g.w)
@@ -332,7 +337,7 @@ func (pr *simProc) effects(fx effects) {
 	for _, e := range fx.events {
 		pr.p.observe(e)
 	}
-	if fx.signal != nil && pr.alive {
+	if fx.signal != nil {
 		pr.signal(*fx.signal)
 	}
 }
