@@ -87,8 +87,8 @@ type Config struct {
 	Kafka     kafkaSecurity
 }
 
-// DefaultConfig returns the documented defaults (docs/design.md, "Command
-// line"; the README lists every flag).
+// DefaultConfig returns the defaults docs/configuration.md lists (it is
+// generated from these flags).
 func DefaultConfig() Config {
 	pc := pipeline.DefaultConfig()
 	return Config{

@@ -23,7 +23,7 @@ import (
 // says what was wanted, without a page of usage.
 
 // configUsage is the help of --config, which every command has.
-const configUsage = "YAML file with the flags' keys, plus tiers: (retry ladders) and pacing: (README, \"Configure\")"
+const configUsage = "YAML file with the flags' keys, plus tiers: (retry ladders) and pacing: (docs/configuration.md)"
 
 // parseOption adjusts parseFlags for one command.
 type parseOption func(*parseOpts)
