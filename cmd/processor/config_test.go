@@ -139,7 +139,7 @@ func TestConfigFileErrors(t *testing.T) {
 		{"weight 0", "tiers:\n  tier3:\n    weight: 0\n", "tiers.tier3.weight: 0, want 1..1000"},
 		{"unknown tier", "tiers:\n  tier4:\n    weight: 1\n", "tiers.tier4: unknown tier"},
 		{"unknown ladder key", "tiers:\n  tier1:\n    retries: 3\n", "tiers.tier1.retries: unknown key"},
-		{"unknown pacing key", "pacing:\n  cut_rat: 0.05\n", "pacing.cut_rat: unknown key, want one of"},
+		{"unknown pacing key", "pacing:\n  cut_rat: 0.05\n", "pacing.cut_rat: unknown key, want one of cut_factor, cut_rate, default_pause, "},
 		{"bad pacing duration", "pacing:\n  open_for: soon\n", `pacing.open_for: want a duration like 5s, got "soon"`},
 		{"bad pacing number", "pacing:\n  cut_rate: high\n", "pacing.cut_rate: want a number like 0.05"},
 		{"pacing value out of range", "pacing:\n  cut_rate: 2\n", "--pacing-cut-rate"},

@@ -195,6 +195,9 @@ func unknownKey(s configfile.Setting, fs, run *flag.FlagSet) error {
 	var keys []string
 	for _, set := range []*flag.FlagSet{run, fs} {
 		set.VisitAll(func(f *flag.Flag) {
+			if _, old := deprecatedFlags[f.Name]; old {
+				return // still read, no longer worth suggesting
+			}
 			if sub, ok := strings.CutPrefix(f.Name, flagName(section)+"-"); ok {
 				keys = append(keys, strings.ReplaceAll(sub, "-", "_"))
 			}
