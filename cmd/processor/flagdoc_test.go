@@ -157,6 +157,9 @@ func TestFlagReference(t *testing.T) {
 			t.Errorf("--%s: %+v, want %+v", name, d, w)
 		}
 	}
+	if got := by["config"].ConfigKey; got != "" {
+		t.Errorf("--config has config key %q; a config file cannot name another", got)
+	}
 	if got, want := by["max-in-flight"].Default, strconv.Itoa(DefaultConfig().MaxInFlight); got != want {
 		t.Errorf("--max-in-flight default %q, want %q", got, want)
 	}

@@ -45,6 +45,15 @@ func notFromFile(names ...string) parseOption {
 	return func(o *parseOpts) { o.notFromFile = append(o.notFromFile, names...) }
 }
 
+// flagSetWriter is an output that asked for a command's flags themselves
+// instead of their usage text: how the configuration reference lists each
+// command's flags (configref_test.go). notFromFile are the flags the
+// config file does not set.
+type flagSetWriter interface {
+	io.Writer
+	takeFlagSet(fs *flag.FlagSet, notFromFile []string)
+}
+
 // parseFlags reads fs from args, TIERPUSH_* environment variables and the
 // --config file, in that order of precedence. -h prints the usage and
 // returns flag.ErrHelp; any other error is a usage error (exit 2).
@@ -70,6 +79,10 @@ func parseFlags(fs *flag.FlagSet, args []string, opts ...parseOption) error {
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		restore() // the usage shows each flag's own type
+		if w, ok := out.(flagSetWriter); ok {
+			w.takeFlagSet(fs, o.notFromFile)
+			return err
+		}
 		fs.Usage()
 		return err
 	case err != nil && last.err != nil:
