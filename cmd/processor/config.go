@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -87,8 +88,8 @@ type Config struct {
 	Kafka     kafkaSecurity
 }
 
-// DefaultConfig returns the documented defaults (docs/design.md, "Command
-// line"; the README lists every flag).
+// DefaultConfig returns the defaults docs/configuration.md lists (it is
+// generated from these flags).
 func DefaultConfig() Config {
 	pc := pipeline.DefaultConfig()
 	return Config{
@@ -172,26 +173,37 @@ func registerPacingFlags(fs *flag.FlagSet, p *pacing.Config, share *bool) {
 }
 
 func registerTopicFlags(fs *flag.FlagSet, s *admin.Spec) {
-	p := int(s.Partitions)
-	rf := int(s.ReplicationFactor)
-	fs.Func("partitions", fmt.Sprintf("partitions of topics created at start (default %d)", p), func(v string) error {
-		var n int
-		if _, err := fmt.Sscan(v, &n); err != nil || n < 1 || n > 10000 {
-			return errors.New("want 1..10000")
-		}
-		s.Partitions = int32(n)
-		return nil
-	})
-	fs.Func("replication-factor", fmt.Sprintf("replication factor of topics created at start, -1 = broker default (default %d)", rf), func(v string) error {
-		var n int
-		if _, err := fmt.Sscan(v, &n); err != nil || n < -1 || n == 0 || n > 32 {
-			return errors.New("want -1 or 1..32")
-		}
-		s.ReplicationFactor = int16(n)
-		return nil
-	})
+	fs.Var(topicCount[int32]{&s.Partitions, func(n int) bool { return n >= 1 && n <= 10000 }, "want 1..10000"},
+		"partitions", "partitions of topics created at start")
+	fs.Var(topicCount[int16]{&s.ReplicationFactor, func(n int) bool { return n == -1 || n >= 1 && n <= 32 }, "want -1 or 1..32"},
+		"replication-factor", "replication factor of topics created at start, -1 = broker default")
 	fs.DurationVar(&s.Retention, "retention", s.Retention, "retention of tier, retry, gone and outcome topics")
 	fs.DurationVar(&s.DLQRetention, "dlq-retention", s.DLQRetention, "retention of the DLQ")
+}
+
+// topicCount is the value of --partitions or --replication-factor: a whole
+// number that ok accepts. Its String is the value, so the flag's default
+// is the spec's.
+type topicCount[T int32 | int16] struct {
+	n    *T
+	ok   func(int) bool
+	want string
+}
+
+func (c topicCount[T]) String() string {
+	if c.n == nil {
+		return ""
+	}
+	return strconv.Itoa(int(*c.n))
+}
+
+func (c topicCount[T]) Set(v string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || !c.ok(n) {
+		return errors.New(c.want)
+	}
+	*c.n = T(n)
+	return nil
 }
 
 // finish applies the VAPID_* env fallbacks and checks the whole config.

@@ -139,7 +139,7 @@ func TestConfigFileErrors(t *testing.T) {
 		{"weight 0", "tiers:\n  tier3:\n    weight: 0\n", "tiers.tier3.weight: 0, want 1..1000"},
 		{"unknown tier", "tiers:\n  tier4:\n    weight: 1\n", "tiers.tier4: unknown tier"},
 		{"unknown ladder key", "tiers:\n  tier1:\n    retries: 3\n", "tiers.tier1.retries: unknown key"},
-		{"unknown pacing key", "pacing:\n  cut_rat: 0.05\n", "pacing.cut_rat: unknown key, want one of"},
+		{"unknown pacing key", "pacing:\n  cut_rat: 0.05\n", "pacing.cut_rat: unknown key, want one of cut_factor, cut_rate, default_pause, "},
 		{"bad pacing duration", "pacing:\n  open_for: soon\n", `pacing.open_for: want a duration like 5s, got "soon"`},
 		{"bad pacing number", "pacing:\n  cut_rate: high\n", "pacing.cut_rate: want a number like 0.05"},
 		{"pacing value out of range", "pacing:\n  cut_rate: 2\n", "--pacing-cut-rate"},
@@ -305,5 +305,49 @@ func TestPacingKeysFollowTheFlags(t *testing.T) {
 	}
 	if cfg.Pacing.Enabled {
 		t.Error("pacing: {enabled: false} left pacing on")
+	}
+}
+
+// TestTopicFlags: --partitions and --replication-factor default to the
+// spec's values (which --help and the reference show), take what Kafka
+// allows and refuse the rest naming the flag.
+func TestTopicFlags(t *testing.T) {
+	fs := runFlags()
+	if got := fs.Lookup("partitions").DefValue; got != "12" {
+		t.Errorf("--partitions default %q, want 12", got)
+	}
+	if got := fs.Lookup("replication-factor").DefValue; got != "-1" {
+		t.Errorf("--replication-factor default %q, want -1", got)
+	}
+	tests := []struct {
+		args   []string
+		want   string // the error, or "" for none
+		wantP  int32
+		wantRF int16
+	}{
+		{[]string{"--partitions", "24", "--replication-factor", "3"}, "", 24, 3},
+		{[]string{"--replication-factor", "-1"}, "", 12, -1},
+		{[]string{"--partitions", "0"}, "--partitions: want 1..10000", 0, 0},
+		{[]string{"--partitions", "twelve"}, "--partitions: want 1..10000", 0, 0},
+		{[]string{"--replication-factor", "0"}, "--replication-factor: want -1 or 1..32", 0, 0},
+		{[]string{"--replication-factor", "33"}, "--replication-factor: want -1 or 1..32", 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			cfg := DefaultConfig()
+			fs := newFlagSet("processor run", io.Discard)
+			cfg.register(fs)
+			err := parseFlags(fs, tt.args)
+			switch {
+			case tt.want != "":
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("err = %v, want %q", err, tt.want)
+				}
+			case err != nil:
+				t.Errorf("err = %v", err)
+			case cfg.Topics.Partitions != tt.wantP || cfg.Topics.ReplicationFactor != tt.wantRF:
+				t.Errorf("partitions %d, replication factor %d; want %d, %d", cfg.Topics.Partitions, cfg.Topics.ReplicationFactor, tt.wantP, tt.wantRF)
+			}
+		})
 	}
 }

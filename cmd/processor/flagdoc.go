@@ -97,7 +97,7 @@ type FlagDoc struct {
 	Name      string // without dashes: max-in-flight
 	Group     string // one of runGroups
 	Env       string // TIERPUSH_MAX_IN_FLIGHT
-	ConfigKey string // the --config file's key: max-in-flight (max_in_flight reads the same)
+	ConfigKey string // the --config file's key: max-in-flight (max_in_flight reads the same); "" for --config
 	// Section is the key under the config file's section, when the flag
 	// has one: pacing.cut_rate for --pacing-cut-rate, pacing.enabled for
 	// --pacing.
@@ -107,6 +107,11 @@ type FlagDoc struct {
 	Usage      string
 	Deprecated string // why it is deprecated and ignored; "" for a current flag
 }
+
+// docs/configuration.md's flag tables are written from FlagReference and
+// the tools' flag sets by configref_test.go:
+//
+//go:generate go test -run TestConfigurationReference -update
 
 // FlagReference lists every flag of `processor run`, deprecated ones
 // included, by group in runGroups' order and by name within a group.
@@ -119,6 +124,9 @@ func FlagReference() []FlagDoc {
 		d := FlagDoc{
 			Name: f.Name, Group: groupOf(f.Name), Env: envName(f.Name), ConfigKey: f.Name,
 			Type: typ, Default: f.DefValue, Usage: usage, Deprecated: deprecatedFlags[f.Name],
+		}
+		if f.Name == "config" {
+			d.ConfigKey = "" // a config file cannot name another
 		}
 		if f.Name == "pacing" {
 			d.Section = "pacing.enabled"

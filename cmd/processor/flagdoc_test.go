@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -74,7 +75,8 @@ func TestRunHelp(t *testing.T) {
 			t.Errorf("--%s is under %q, want %q", name, heading, want)
 		}
 	}
-	if !strings.Contains(help, "[TIERPUSH_MAX_IN_FLIGHT]") || !strings.Contains(help, "Not listed: 7 deprecated flags") {
+	hidden := fmt.Sprintf("Not listed: %d deprecated flags", len(deprecatedFlags))
+	if !strings.Contains(help, "[TIERPUSH_MAX_IN_FLIGHT]") || !strings.Contains(help, hidden) {
 		t.Errorf("help lacks the variables or the deprecated count:\n%s", help)
 	}
 }
@@ -154,6 +156,9 @@ func TestFlagReference(t *testing.T) {
 			d.Deprecated != w.Deprecated || d.Usage == "" {
 			t.Errorf("--%s: %+v, want %+v", name, d, w)
 		}
+	}
+	if got := by["config"].ConfigKey; got != "" {
+		t.Errorf("--config has config key %q; a config file cannot name another", got)
 	}
 	if got, want := by["max-in-flight"].Default, strconv.Itoa(DefaultConfig().MaxInFlight); got != want {
 		t.Errorf("--max-in-flight default %q, want %q", got, want)

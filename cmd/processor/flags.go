@@ -23,7 +23,7 @@ import (
 // says what was wanted, without a page of usage.
 
 // configUsage is the help of --config, which every command has.
-const configUsage = "YAML file with the flags' keys, plus tiers: (retry ladders) and pacing: (README, \"Configure\")"
+const configUsage = "YAML file with the flags' keys, plus tiers: (retry ladders) and pacing: (docs/configuration.md)"
 
 // parseOption adjusts parseFlags for one command.
 type parseOption func(*parseOpts)
@@ -43,6 +43,15 @@ func withTiers(p *tiers.Policy) parseOption { return func(o *parseOpts) { o.tier
 // processor's).
 func notFromFile(names ...string) parseOption {
 	return func(o *parseOpts) { o.notFromFile = append(o.notFromFile, names...) }
+}
+
+// flagSetWriter is an output that asked for a command's flags themselves
+// instead of their usage text: how the configuration reference lists each
+// command's flags (configref_test.go). notFromFile are the flags the
+// config file does not set.
+type flagSetWriter interface {
+	io.Writer
+	takeFlagSet(fs *flag.FlagSet, notFromFile []string)
 }
 
 // parseFlags reads fs from args, TIERPUSH_* environment variables and the
@@ -70,6 +79,10 @@ func parseFlags(fs *flag.FlagSet, args []string, opts ...parseOption) error {
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		restore() // the usage shows each flag's own type
+		if w, ok := out.(flagSetWriter); ok {
+			w.takeFlagSet(fs, o.notFromFile)
+			return err
+		}
 		fs.Usage()
 		return err
 	case err != nil && last.err != nil:
@@ -195,6 +208,9 @@ func unknownKey(s configfile.Setting, fs, run *flag.FlagSet) error {
 	var keys []string
 	for _, set := range []*flag.FlagSet{run, fs} {
 		set.VisitAll(func(f *flag.Flag) {
+			if _, old := deprecatedFlags[f.Name]; old {
+				return // still read, no longer worth suggesting
+			}
 			if sub, ok := strings.CutPrefix(f.Name, flagName(section)+"-"); ok {
 				keys = append(keys, strings.ReplaceAll(sub, "-", "_"))
 			}
