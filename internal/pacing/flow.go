@@ -12,7 +12,7 @@ import (
 // previous round ended; at its end, with q its least latency and base the
 // least latency of the last baseWindow:
 //
-//	q > queueTolerance·base   C = max(MinLimit, ⌈n·base/q⌉)   (n: the most in flight in the round)
+//	q > queueTolerance·base (and base + queueFloor)   C = max(MinLimit, ⌈n·base/q⌉)   (n: the most in flight in the round)
 //	else, if C bound          C = 2·C before the first such cut (slow start), C + ⌈C/8⌉ after
 //
 // A service that queues what it cannot serve at once answers most requests
@@ -27,6 +27,10 @@ const (
 	queueTolerance = 1.3
 	baseWindow     = 10 * time.Second
 	startLimit     = 4
+	// queueFloor: latency within this of the base is a busy CPU or a new
+	// connection, not a queue worth cutting for.
+	queueFloor   = 5 * time.Millisecond
+	roundAnswers = 4
 )
 
 type flow struct {
@@ -97,8 +101,8 @@ func (f *flow) answer(cfg *Config, now time.Time, seq uint64, latency time.Durat
 		q = f.lat[len(f.lat)/2]
 	}
 	switch {
-	case q == 0:
-	case float64(q) > queueTolerance*float64(base):
+	case len(f.lat) >= roundAnswers && float64(q) > queueTolerance*float64(base) && q-base > queueFloor:
+		// (Fewer answers cannot tell a queue from one slow send.)
 		f.limit = max(cfg.MinLimit, int(math.Ceil(float64(f.peak)*float64(base)/float64(q))))
 		f.slowStart = false
 		cut = f.limit
