@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tierpush/tierpush/internal/deliver"
 	"github.com/tierpush/tierpush/tiers"
@@ -37,8 +38,20 @@ var _ Handler = (*deliver.Handler)(nil)
 
 // Hooks observe the consumer. They must be cheap and must not block.
 type Hooks interface {
-	// Skipped counts records a partition's previous owner had finished.
-	Skipped(n int)
+	// Skipped counts records this member did not handle because they were
+	// finished before it consumed them; why says how that is known:
+	// "committed" (the previous owner's commit listed them), "outcome"
+	// (their event's outcome is in the ledger) or "retry" (a later step
+	// of their event is on a retry topic). See resume.go.
+	Skipped(why string, n int)
+	// CommitFailed counts partitions whose commit failed (a request
+	// error, or the partition's error code, named by reason); they are
+	// committed again.
+	CommitFailed(reason string, partitions int)
+	// Resumed observes how long a partition taken over with records
+	// waiting went unconsumed: from its previous owner's last commit to
+	// this member's being ready to send them.
+	Resumed(waited time.Duration)
 }
 
 // Config tunes a Consumer; see pipeline.Config for the meaning and
@@ -68,6 +81,15 @@ type Config struct {
 	// JitterSpan is the most a retry's due time may run ahead of the
 	// order of its step's partition (deliver.Config.JitterSpan).
 	JitterSpan func(time.Duration) time.Duration
+	// Verify checks a retry record's signature (topology.Signer); a
+	// partition's new owner counts only retry records it passes as
+	// evidence of what was done (resume.go). nil trusts every one.
+	Verify func(*kgo.Record) error
+	// ReaderOpts are the options of the client that reads, for a
+	// partition taken over, what was produced since its last commit
+	// (resume.go): seed brokers, TLS, SASL, dialer, without the
+	// consumer client's hooks.
+	ReaderOpts []kgo.Opt
 	Now        func() time.Time
 }
 
@@ -93,13 +115,15 @@ type Consumer struct {
 
 	mu    sync.Mutex
 	parts map[topicPart]*worker // partitions.go
-	// commitMu orders commitLoop's commits and a hand-off's: a head read
-	// before a hand-off reaches kgo's queue of commits before the
-	// hand-off's commit, never after it (commit.go).
-	commitMu sync.Mutex
 	// records counts every record goroutine, so Run returns after the
 	// last one even when a hand-off stopped waiting for it.
 	records sync.WaitGroup
+	// resumes counts the goroutines reading what partitions taken over
+	// had done (resume.go), which end with life.
+	resumes   sync.WaitGroup
+	life      context.Context
+	endLife   context.CancelFunc
+	commitLog logLimit // commit failures (commit.go)
 	// runners are the goroutines records are handled on (runners.go).
 	runners *runners
 
@@ -121,6 +145,7 @@ type topicPart struct {
 func New(cfg Config, log *slog.Logger, h Handler, hooks Hooks, kopts []kgo.Opt) (*Consumer, error) {
 	c := &Consumer{cfg: cfg, log: log, h: h, hooks: hooks, parts: make(map[topicPart]*worker), dropped: make(map[string]topology.Source),
 		runners: newRunners(func(j runJob) { j.w.handle(j.t) })}
+	c.life, c.endLife = context.WithCancel(context.Background())
 	weights := [3]int{}
 	for i, t := range tiers.All {
 		weights[i] = cfg.Policy.Ladder(t).Weight
@@ -147,8 +172,12 @@ func New(cfg Config, log *slog.Logger, h Handler, hooks Hooks, kopts []kgo.Opt) 
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(cfg.CommitInterval),
 		// Every commit the client makes, automatic or on a hand-off,
-		// carries the partition's checkpoint (commit.go).
+		// carries the partition's checkpoint, and none names a partition
+		// this member no longer owns (commit.go).
 		kgo.WithContext(kgo.PreCommitFnContext(context.Background(), c.annotateCommit)),
+		kgo.AutoCommitCallback(func(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+			c.committed(req, resp, err)
+		}),
 		// A resumed retry partition is fetched only when the fetch in
 		// progress returns: kgo's 5 s default would make retries that
 		// late. Keep it under Prefetch.
@@ -232,6 +261,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	err := c.handOff(c.cl, c.owned(), true)
 	stop()
 	bg.Wait()
+	c.endLife()
+	c.resumes.Wait()
 	c.cl.AllowRebalance() // Close leaves the group, which waits for it
 	c.cl.Close()
 	c.records.Wait() // bounded by the send timeout: nothing waits on the partition any more

@@ -34,6 +34,7 @@ type Config struct {
 	Policy tiers.Policy
 	Group  string
 	Rules  event.Rules
+
 	// ExtraInputs are the retry topics of steps dropped from a ladder
 	// (admin.DroppedSteps finds those that still hold records), consumed
 	// besides the ladder's until the processor restarts: their records
@@ -172,7 +173,9 @@ type options struct {
 	kopts  []kgo.Opt
 }
 
-// WithHooks observes every handled record (metrics, the status table).
+// WithHooks observes every handled record (metrics, the status table);
+// hooks that are consume.Hooks too also observe the consumer (skipped
+// records, failed commits, partitions taken over).
 func WithHooks(h deliver.Hooks) Option {
 	return func(o *options) { o.hooks = append(o.hooks, h) }
 }
@@ -238,12 +241,22 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 	if err != nil {
 		return nil, err
 	}
+	chooks := consumeHooks{stats: stats}
+	for _, h := range o.hooks {
+		if ch, ok := h.(consume.Hooks); ok {
+			chooks.more = append(chooks.more, ch)
+		}
+	}
 	c, err := consume.New(consume.Config{
 		Group: cfg.Group, Names: cfg.Names, Policy: cfg.Policy, ExtraInputs: cfg.ExtraInputs,
 		MaxInFlight: cfg.MaxInFlight, MaxHeld: cfg.MaxHeld, RetryLateness: cfg.RetryLateness,
 		Prefetch: cfg.Prefetch, CommitInterval: cfg.CommitInterval, DrainTimeout: cfg.DrainTimeout,
 		StuckAfter: cfg.StuckAfter, JitterSpan: dcfg.JitterSpan, Now: cfg.Now,
-	}, log, h, stats, append(kopts[:len(kopts):len(kopts)], o.kopts...))
+		// kopts only, as the pacing exchange's client: the hooks added
+		// with WithClientOpts are the consumer client's.
+		ReaderOpts: kopts,
+		Verify:     func(r *kgo.Record) error { return signer.Verify(r, cfg.Now()) },
+	}, log, h, chooks, append(kopts[:len(kopts):len(kopts)], o.kopts...))
 	if err != nil {
 		return nil, err
 	}
@@ -263,6 +276,32 @@ func (p *Processor) Run(ctx context.Context) error {
 	cancel()
 	wg.Wait()
 	return err
+}
+
+// consumeHooks hands the consumer's observations to the processor's
+// counters and to the hooks that take them.
+type consumeHooks struct {
+	stats *deliver.Stats
+	more  []consume.Hooks
+}
+
+func (h consumeHooks) Skipped(why string, n int) {
+	h.stats.Skipped(n)
+	for _, m := range h.more {
+		m.Skipped(why, n)
+	}
+}
+
+func (h consumeHooks) CommitFailed(reason string, n int) {
+	for _, m := range h.more {
+		m.CommitFailed(reason, n)
+	}
+}
+
+func (h consumeHooks) Resumed(waited time.Duration) {
+	for _, m := range h.more {
+		m.Resumed(waited)
+	}
 }
 
 // defaultInstance names this process: host name, process id and a random
