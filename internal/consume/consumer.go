@@ -57,9 +57,20 @@ type Hooks interface {
 // Config tunes a Consumer; see pipeline.Config for the meaning and
 // defaults of each.
 type Config struct {
-	Group  string
-	Names  topology.Names
-	Policy tiers.Policy
+	Group string
+	// InstanceID makes the member static (group.instance.id); empty is a
+	// dynamic member.
+	InstanceID string
+	// Protocol is ProtocolAuto (the default), ProtocolClassic or
+	// ProtocolConsumer.
+	Protocol string
+	// SessionTimeout and HeartbeatInterval are the classic protocol's
+	// session: how long the group waits for a member that stopped
+	// heartbeating before it gives its partitions to others. 0 keeps
+	// kgo's defaults (45 s and 3 s). KIP-848 takes them from the broker.
+	SessionTimeout, HeartbeatInterval time.Duration
+	Names                             topology.Names
+	Policy                            tiers.Policy
 	// ExtraInputs are retry topics of steps dropped from the ladder
 	// (topology.Names.ParseDropped): consumed as retry topics of their
 	// tier, held until due, counted in its budget; their records continue
@@ -143,6 +154,13 @@ type topicPart struct {
 // New returns a Consumer whose group client adds the group options to
 // kopts (seed brokers, TLS, SASL, hooks, dialer and so on).
 func New(cfg Config, log *slog.Logger, h Handler, hooks Hooks, kopts []kgo.Opt) (*Consumer, error) {
+	switch cfg.Protocol {
+	case "":
+		cfg.Protocol = ProtocolAuto
+	case ProtocolAuto, ProtocolClassic, ProtocolConsumer:
+	default:
+		return nil, fmt.Errorf("group protocol %q: want %s, %s or %s", cfg.Protocol, ProtocolClassic, ProtocolConsumer, ProtocolAuto)
+	}
 	c := &Consumer{cfg: cfg, log: log, h: h, hooks: hooks, parts: make(map[topicPart]*worker), dropped: make(map[string]topology.Source),
 		runners: newRunners(func(j runJob) { j.w.handle(j.t) })}
 	c.life, c.endLife = context.WithCancel(context.Background())
@@ -196,7 +214,8 @@ func New(cfg Config, log *slog.Logger, h Handler, hooks Hooks, kopts []kgo.Opt) 
 		kgo.BlockRebalanceOnPoll(),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	)
-	cl, err := kgo.NewClient(kopts...)
+	// The session first: options the caller gives override it (tests).
+	cl, err := kgo.NewClient(append(c.groupOpts(), kopts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
@@ -236,6 +255,10 @@ func (c *Consumer) ProduceFailures() int64 { return c.produceFailures.Load() }
 // records as window slots free, and the tier topics stop fetching while
 // MaxInFlight of their records wait (pollContext).
 func (c *Consumer) Run(ctx context.Context) error {
+	if err := c.checkProtocol(ctx); err != nil {
+		c.cl.Close()
+		return err
+	}
 	var bg sync.WaitGroup
 	bgctx, stop := context.WithCancel(context.Background())
 	bg.Go(func() { c.commitLoop(bgctx) })

@@ -35,6 +35,18 @@ type Config struct {
 	Group  string
 	Rules  event.Rules
 
+	// GroupInstanceID makes the processor a static member of the group
+	// (group.instance.id); empty is a dynamic member.
+	GroupInstanceID string
+	// GroupProtocol is consume.ProtocolAuto (the default: KIP-848 where
+	// the brokers serve it, for a dynamic member), ProtocolClassic or
+	// ProtocolConsumer.
+	GroupProtocol string
+	// SessionTimeout and HeartbeatInterval are the classic protocol's
+	// session (KIP-848 takes the broker's): a crashed member's partitions
+	// wait this long for another. Defaults 6s and 1s.
+	SessionTimeout, HeartbeatInterval time.Duration
+
 	// ExtraInputs are the retry topics of steps dropped from a ladder
 	// (admin.DroppedSteps finds those that still hold records), consumed
 	// besides the ladder's until the processor restarts: their records
@@ -118,6 +130,10 @@ func DefaultConfig() Config {
 		Pacing:         pacing.DefaultConfig(),
 		SharePacing:    true,
 		Now:            time.Now,
+
+		GroupProtocol:     consume.ProtocolAuto,
+		SessionTimeout:    6 * time.Second,
+		HeartbeatInterval: time.Second,
 	}
 }
 
@@ -248,7 +264,9 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 		}
 	}
 	c, err := consume.New(consume.Config{
-		Group: cfg.Group, Names: cfg.Names, Policy: cfg.Policy, ExtraInputs: cfg.ExtraInputs,
+		Group: cfg.Group, InstanceID: cfg.GroupInstanceID, Protocol: cfg.GroupProtocol,
+		SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
+		Names: cfg.Names, Policy: cfg.Policy, ExtraInputs: cfg.ExtraInputs,
 		MaxInFlight: cfg.MaxInFlight, MaxHeld: cfg.MaxHeld, RetryLateness: cfg.RetryLateness,
 		Prefetch: cfg.Prefetch, CommitInterval: cfg.CommitInterval, DrainTimeout: cfg.DrainTimeout,
 		StuckAfter: cfg.StuckAfter, JitterSpan: dcfg.JitterSpan, Now: cfg.Now,
