@@ -43,6 +43,8 @@ type Tracker struct {
 	// position only: a record kept here would keep its whole fetch).
 	next    kgo.EpochOffset
 	hasNext bool
+	// tracked is one past the highest offset tracked (0: none yet).
+	tracked int64
 }
 
 // prior is a span finished before this owner consumed it, and how that is
@@ -71,10 +73,23 @@ func cmpOffset(a, b int64) int { return int(min(max(a-b, -1), 1)) }
 // consumed it (SetPrior) is tracked as finished already: skipped says how
 // that is known ("" when it is not skipped), and mark is the newest record
 // that may now be marked for commit, if the head moved.
-
+//
+// A record at an offset this tracker has had already is consumed again
+// because the client's position went back: Track returns a nil e, and the
+// record must be dropped. kgo moves it back when a broker's answer reads as
+// records lost (KIP-320); a broker elected cleanly never loses what a
+// consumer read (it reads up to the high watermark), and the embedded
+// broker's answers after a leader change read that way falsely (the
+// earlier epoch's end unknown, so kgo resets to the log's start).
+// Handling those records again would send them again, and break the
+// order the tracker keeps.
 func (t *Tracker) Track(r *kgo.Record) (e *Entry, skipped string, mark *kgo.Record) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if r.Offset < t.tracked {
+		return nil, "", nil
+	}
+	t.tracked = r.Offset + 1
 	e = &Entry{Record: r}
 	t.queue = append(t.queue, e)
 	why := t.skipLocked(r.Offset)

@@ -226,3 +226,22 @@ func TestSkipReasons(t *testing.T) {
 		t.Errorf("skipped %q, want %q", got, want)
 	}
 }
+
+// A record at an offset tracked already (the client's position went back)
+// is not tracked again.
+func TestTrackAgain(t *testing.T) {
+	tr := &Tracker{}
+	for _, o := range []int64{5, 6, 7} {
+		if e, _, _ := tr.Track(&kgo.Record{Offset: o}); e == nil {
+			t.Fatalf("offset %d refused the first time", o)
+		}
+	}
+	for _, o := range []int64{0, 5, 7} {
+		if e, _, _ := tr.Track(&kgo.Record{Offset: o}); e != nil {
+			t.Errorf("offset %d tracked again", o)
+		}
+	}
+	if e, _, _ := tr.Track(&kgo.Record{Offset: 9}); e == nil {
+		t.Error("offset 9, new, refused")
+	}
+}

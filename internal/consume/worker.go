@@ -45,13 +45,14 @@ type worker struct {
 	// stuckSince: unix ns of the first produce failure not yet overcome.
 	stuckSince atomic.Int64
 
-	mu       sync.Mutex
-	incoming []*kgo.Record // polled, not yet tracked
-	held     dueHeap       // retry records waiting for their due time
-	maxDue   time.Time     // latest due time in held
-	ready    []*task       // due, waiting for a window slot, in order
-	paused   bool
-	counted  int // retry records in memory as the tier's budget counts them
+	mu          sync.Mutex
+	incoming    []*kgo.Record // polled, not yet tracked
+	held        dueHeap       // retry records waiting for their due time
+	maxDue      time.Time     // latest due time in held
+	ready       []*task       // due, waiting for a window slot, in order
+	paused      bool
+	counted     int  // retry records in memory as the tier's budget counts them
+	warnedAgain bool // told once that records came again
 	// resumeSince is when the partition's previous owner last committed,
 	// set by resume when records waited; the first record tracked
 	// observes how long it waited until readyAt (Hooks.Resumed).
@@ -173,10 +174,14 @@ func (w *worker) trackLocked(now time.Time) {
 		w.observeResume(w.incoming[0], now)
 	}
 	var skipped skips
+	again := 0 // consumed again: dropped (checkpoint.Tracker.Track)
 	for _, r := range w.incoming {
 		if !w.src.Retry {
 			e, why, mark := w.ck.Track(r)
-			if !w.skip(why, mark, &skipped) {
+			switch {
+			case e == nil:
+				again++
+			case !w.skip(why, mark, &skipped):
 				w.ready = append(w.ready, newTask(e, now, time.Time{}))
 			}
 			continue
@@ -186,14 +191,21 @@ func (w *worker) trackLocked(now time.Time) {
 			r = detach(r)
 		}
 		e, why, mark := w.ck.Track(r)
-		if !w.skip(why, mark, &skipped) {
+		switch {
+		case e == nil:
+			again++
+		case !w.skip(why, mark, &skipped):
 			w.holdLocked(newTask(e, now, due))
 		}
 	}
 	clear(w.incoming)
 	w.incoming = w.incoming[:0]
+	if again > 0 && !w.warnedAgain {
+		w.warnedAgain = true
+		w.c.log.Warn("the client consumed records of this partition again (its position went back); they are dropped", "topic", w.topic, "partition", w.part, "records", again)
+	}
 	if !w.src.Retry {
-		w.c.unqueue(w.src.Tier.Index(), skipped.total())
+		w.c.unqueue(w.src.Tier.Index(), skipped.total()+again)
 	}
 	if w.c.hooks != nil {
 		for why, n := range skipped {
