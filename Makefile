@@ -101,10 +101,15 @@ test-deploy:
 
 # The fault suite (test/faults, docs/reliability.md): a broker process and
 # three processors in one group through SIGKILLs, a rolling restart, a broker
-# restart, a push service outage, scale-out and poison records, checking the
-# ledger; prints the table. FAULT_RUNS=3 runs it three times in a row.
+# restart, a push service outage, scale-out and poison records, and crash
+# recovery on both group protocols, checking the ledger; prints the table.
+# FAULT_RUNS=3 runs it three times in a row. Then the crash tests that run
+# with it: the embedded broker killed three times, a member cut off from the
+# coordinator while it sends, a broker of three removed.
 test-faults:
-	TIERPUSH_FAULTS=1 $(GO) test ./test/faults -run '^TestFaults$$' -count=$(FAULT_RUNS) -parallel 5 -v -timeout $$(( $(FAULT_RUNS) * 40 ))m
+	TIERPUSH_FAULTS=1 $(GO) test ./test/faults -run '^TestFaults$$' -count=$(FAULT_RUNS) -parallel 5 -v -timeout $$(( $(FAULT_RUNS) * 50 ))m
+	TIERPUSH_FAULTS=1 $(GO) test -count=1 -v -timeout 20m -run '^TestCrashThreeKills$$' ./cmd/processor
+	TIERPUSH_FAULTS=1 $(GO) test -count=1 -v -timeout 20m -run '^(TestZombieCommitsNothing|TestBrokerRemoved)$$' ./internal/pipeline
 
 # The upstream examples (examples/): a producer and an outcome consumer in Go
 # and in Node against the embedded broker; npm ci installs kafkajs first.

@@ -41,6 +41,9 @@ type Metrics struct {
 	sendLatency metric.Float64Histogram
 	// vapidRejected counts 401/403 per app (vapid.go).
 	vapidRejected metric.Int64Counter
+	// The consumer's (consume.go).
+	skippedDone, commitFailures metric.Int64Counter
+	resume                      metric.Float64Histogram
 	// attrs are the label sets of the per-record hooks, built once.
 	attrs hotAttrs
 }
@@ -82,6 +85,9 @@ func NewMetrics(ctx context.Context) (*Metrics, error) {
 		}
 	}
 	if err := m.vapidInstruments(meter); err != nil {
+		return nil, fmt.Errorf("metric instrument: %w", err)
+	}
+	if err := m.consumeInstruments(meter); err != nil {
 		return nil, fmt.Errorf("metric instrument: %w", err)
 	}
 	return m, nil

@@ -47,6 +47,7 @@ type Config struct {
 	DataDir      string
 	Group        string
 	InstanceID   string // static group membership; empty = dynamic
+	Membership   membership
 	TopicPrefix  string
 
 	VAPIDPublicKey  string
@@ -96,6 +97,7 @@ func DefaultConfig() Config {
 		EmbeddedAddr:   "127.0.0.1:9092",
 		DataDir:        "./data",
 		Group:          pc.Group,
+		Membership:     defaultMembership(pc),
 		TopicPrefix:    topology.DefaultPrefix,
 		HTTPAddr:       "127.0.0.1:9464",
 		LogFormat:      "text",
@@ -123,6 +125,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "embedded broker storage (survives restarts)")
 	fs.StringVar(&c.Group, "group", c.Group, "consumer group")
 	fs.StringVar(&c.InstanceID, "instance-id", "", "static group membership (group.instance.id): a name unique in the group and stable across restarts, e.g. a StatefulSet pod name; empty = dynamic membership")
+	c.Membership.register(fs)
 	fs.StringVar(&c.TopicPrefix, "topic-prefix", c.TopicPrefix, "prefix of every topic name")
 	fs.StringVar(&c.VAPIDPublicKey, "vapid-public-key", "", "VAPID public key: the uncompressed P-256 point, base64url or base64 (env VAPID_PUBLIC_KEY also read)")
 	fs.StringVar(&c.VAPIDPrivateKey, "vapid-private-key", "", "VAPID private key: the P-256 scalar, base64url or base64; one of 31 or 30 bytes is left-padded, as webpush-go and web-push read it (env VAPID_PRIVATE_KEY also read)")
@@ -286,6 +289,7 @@ func (c *Config) Validate() error {
 	if err := validateInstanceID(c.InstanceID); err != nil {
 		errs = append(errs, fmt.Errorf("--instance-id: %w", err))
 	}
+	errs = append(errs, c.Membership.validate()...)
 	if c.TopicPrefix == "" || strings.ContainsAny(c.TopicPrefix, " /\\") {
 		errs = append(errs, fmt.Errorf("--topic-prefix: %q is not a valid topic prefix", c.TopicPrefix))
 	}

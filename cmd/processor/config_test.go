@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierpush/tierpush/internal/pipeline"
 	"github.com/tierpush/tierpush/tiers"
 )
 
@@ -349,5 +350,35 @@ func TestTopicFlags(t *testing.T) {
 				t.Errorf("partitions %d, replication factor %d; want %d, %d", cfg.Topics.Partitions, cfg.Topics.ReplicationFactor, tt.wantP, tt.wantRF)
 			}
 		})
+	}
+}
+
+// TestMembershipFlags: --group-protocol takes consumer, classic or auto, and
+// the classic session's flags their ranges; a bad one exits 2 naming it.
+func TestMembershipFlags(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string // in the error; empty: valid
+	}{
+		{nil, ""},
+		{[]string{"--group-protocol", "consumer"}, ""},
+		{[]string{"--group-protocol", "classic", "--session-timeout", "10s", "--heartbeat-interval", "3s"}, ""},
+		{[]string{"--group-protocol", "eager"}, "--group-protocol"},
+		{[]string{"--session-timeout", "500ms"}, "--session-timeout"},
+		{[]string{"--heartbeat-interval", "6s"}, "--heartbeat-interval"},
+	} {
+		m := defaultMembership(pipeline.DefaultConfig())
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		m.register(fs)
+		if err := fs.Parse(tt.args); err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		errs := m.validate()
+		switch {
+		case tt.want == "" && len(errs) > 0:
+			t.Errorf("%v: %v, want valid", tt.args, errs)
+		case tt.want != "" && (len(errs) == 0 || !strings.HasPrefix(errs[0].Error(), tt.want+":")):
+			t.Errorf("%v: %v, want an error naming %s first", tt.args, errs, tt.want)
+		}
 	}
 }

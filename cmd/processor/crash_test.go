@@ -230,18 +230,20 @@ func TestCrashSkipsFinished(t *testing.T) {
 	}
 
 	// Offset 0 is in flight, 1..199 finished: the commit must say so,
-	// "tierpush.finished.v1:0:" and the varints 1 (gap) and 199 (length).
-	want := "tierpush.finished.v1:0:" + base64.RawURLEncoding.EncodeToString(varint.AppendUvarint([]byte{1}, n-1))
+	// "tierpush.finished.v2:0:<time>:" and the varints 1 (gap) and 199
+	// (length).
+	want := ":" + base64.RawURLEncoding.EncodeToString(varint.AppendUvarint([]byte{1}, n-1))
 	adm := kadm.NewClient(cl)
 	for {
 		offs, err := adm.FetchOffsets(ctx, "tierpush")
-		if o, ok := offs.Lookup("push.tier1", 0); err == nil && ok && o.At == 0 && o.Metadata == want {
+		if o, ok := offs.Lookup("push.tier1", 0); err == nil && ok && o.At == 0 &&
+			strings.HasPrefix(o.Metadata, "tierpush.finished.v2:0:") && strings.HasSuffix(o.Metadata, want) {
 			break
 		}
 		select {
 		case <-ctx.Done():
 			o, _ := offs.Lookup("push.tier1", 0)
-			t.Fatalf("committed push.tier1/0 at %d with metadata %q (err %v), want 0 and %q", o.At, o.Metadata, err, want)
+			t.Fatalf("committed push.tier1/0 at %d with metadata %q (err %v), want 0 and tierpush.finished.v2:0:<time>%s", o.At, o.Metadata, err, want)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -121,6 +121,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	pc.Policy = policy
 	pc.ExtraInputs = dropped
 	pc.Group = cfg.Group
+	cfg.Membership.apply(&pc, cfg.InstanceID)
 	pc.SharePacing = cfg.SharePacing
 	pc.Instance = cfg.InstanceID
 	pc.MaxInFlight = cfg.MaxInFlight
@@ -170,12 +171,6 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(*pipeli
 	// The consumer's client only: kprom registers its collectors once, and
 	// the pacing topic's client is not worth a second set.
 	popts = append(popts, pipeline.WithClientOpts(kgo.WithHooks(metrics.KafkaMeter())))
-	if cfg.InstanceID != "" {
-		// Static membership: a restart with the same ID takes the old
-		// member's place at once. Close does not leave the group: the
-		// partitions wait for that restart or the session timeout.
-		kopts = append(kopts, kgo.InstanceID(cfg.InstanceID))
-	}
 	p, err := pipeline.New(pc, log, sender, signer, kopts, popts...)
 	if err != nil {
 		return fmt.Errorf("start pipeline: %w", err)

@@ -3,12 +3,18 @@
 // and upstream services can produce to it, and it keeps records and
 // committed offsets in a data directory across restarts. It is a
 // development and test broker with no replication.
+//
+// It serves both consumer group protocols. A KIP-848 group's session is the
+// broker's: GroupConfigs, a 6 s session and a 1 s heartbeat, so that a
+// crashed member's partitions move in seconds (Kafka's defaults are 45 s
+// and 5 s, and its group.consumer.min.session.timeout.ms is 45 s).
 package broker
 
 import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"strconv"
@@ -33,8 +39,14 @@ type Config struct {
 	// Listen overrides net.Listen (tests with an in-memory network).
 	Listen func(network, address string) (net.Listener, error)
 	// Configs are broker-level configs (kfake.BrokerConfigs), for example
-	// "message.max.bytes". Default: kfake's defaults.
+	// "message.max.bytes", over GroupConfigs and kfake's defaults.
 	Configs map[string]string
+}
+
+// GroupConfigs are the embedded broker's KIP-848 group session settings.
+var GroupConfigs = map[string]string{
+	"group.consumer.session.timeout.ms":    "6000",
+	"group.consumer.heartbeat.interval.ms": "1000",
 }
 
 // User is a SASL principal of the embedded broker.
@@ -75,9 +87,9 @@ func Start(cfg Config, log *slog.Logger) (*kfake.Cluster, error) {
 	if cfg.TLS != nil {
 		opts = append(opts, kfake.TLS(cfg.TLS))
 	}
-	if len(cfg.Configs) > 0 {
-		opts = append(opts, kfake.BrokerConfigs(cfg.Configs))
-	}
+	configs := maps.Clone(GroupConfigs)
+	maps.Copy(configs, cfg.Configs)
+	opts = append(opts, kfake.BrokerConfigs(configs))
 	if len(cfg.Users) > 0 {
 		opts = append(opts, kfake.EnableSASL())
 		for _, u := range cfg.Users {

@@ -24,9 +24,10 @@ import (
 // start a replacement at once, as the fault suite's scenario 1 does with
 // processor processes, on the embedded broker in virtual time
 // (testing/synctest and kfake's VirtualNetwork): minutes of sessions and
-// rebalance timeouts take milliseconds. The members use kgo's group
-// defaults, as the processor does: cooperative-sticky, 45 s session, 60 s
-// rebalance timeout, 3 s heartbeat.
+// rebalance timeouts take milliseconds. The classic members use kgo's
+// group defaults: cooperative-sticky, 45 s session, 60 s rebalance
+// timeout, 3 s heartbeat; the KIP-848 ones the embedded broker's session
+// (GroupConfigs: 6 s, 1 s heartbeat).
 
 const (
 	churnGroup = "g"
@@ -44,7 +45,7 @@ const (
 // the group always ends stable with three members.
 func TestGroupChurnStatic(t *testing.T) {
 	for seed := range uint64(3) {
-		r := churnRun(t, true, seed)
+		r := churnRun(t, true, false, seed)
 		t.Logf("seed %d: %s", seed, r)
 		if !r.stable {
 			t.Errorf("seed %d: group not stable with 3 members %s after the last kill: %s", seed, churnSettle, r)
@@ -71,7 +72,7 @@ func TestGroupChurnDynamic(t *testing.T) {
 	}
 	stalled := 0
 	for seed := range uint64(5) {
-		r := churnRun(t, false, seed)
+		r := churnRun(t, false, false, seed)
 		t.Logf("seed %d: %s", seed, r)
 		if !r.stable {
 			stalled++
@@ -82,12 +83,36 @@ func TestGroupChurnDynamic(t *testing.T) {
 	}
 }
 
+// TestGroupChurnConsumer: KIP-848 dynamic members, as the processor runs by
+// default, through the same kills: the group ends stable with three members
+// every time (the classic protocol's stall above does not happen), and each
+// killed member's partitions are another's within 10 s of the kill: its
+// session (6 s) runs out, and a live member takes them at its next
+// heartbeat. Each kill waits for the one before it to be over.
+func TestGroupChurnConsumer(t *testing.T) {
+	for seed := range uint64(5) {
+		r := churnRun(t, false, true, seed)
+		t.Logf("seed %d: %s", seed, r)
+		if !r.stable {
+			t.Errorf("seed %d: group not stable with 3 members %s after the last kill: %s", seed, churnSettle, r)
+		}
+		for i, d := range r.moved {
+			if d < 0 || d > 10*time.Second {
+				t.Errorf("seed %d: kill %d: the killed member's partitions another's after %v, want within 10 s", seed, i+1, d)
+			}
+		}
+	}
+}
+
 // churnResult is what one run saw.
 type churnResult struct {
 	stable   bool            // stable with 3 members, each given partitions, within churnSettle
 	settled  time.Duration   // last kill → stable
 	recovery []time.Duration // per kill: until the replacement was given partitions; -1 never
-	group    string          // the group's final state and members
+	// moved, KIP-848 runs: per kill, until the killed member was out of
+	// the group, its partitions another's; -1 never.
+	moved []time.Duration
+	group string // the group's final state and members
 }
 
 func (r churnResult) String() string {
@@ -98,11 +123,20 @@ func (r churnResult) String() string {
 			recs[i] = fmt.Sprintf("%.0fs", d.Seconds())
 		}
 	}
-	return fmt.Sprintf("stable %v after %s; per kill %s; group %s", r.stable, r.settled.Round(time.Second), strings.Join(recs, " "), r.group)
+	moved := ""
+	if r.moved != nil {
+		var ms []string
+		for _, d := range r.moved {
+			ms = append(ms, fmt.Sprintf("%.0fs", d.Seconds()))
+		}
+		moved = "; killed member's partitions moved after " + strings.Join(ms, " ")
+	}
+	return fmt.Sprintf("stable %v after %s; per kill %s%s; group %s", r.stable, r.settled.Round(time.Second), strings.Join(recs, " "), moved, r.group)
 }
 
-// churnRun runs one schedule, seeded, in a synctest bubble.
-func churnRun(t *testing.T, static bool, seed uint64) churnResult {
+// churnRun runs one schedule, seeded, in a synctest bubble; consumer runs
+// the members on KIP-848.
+func churnRun(t *testing.T, static, consumer bool, seed uint64) churnResult {
 	var res churnResult
 	synctest.Test(t, func(t *testing.T) {
 		vn := &kfake.VirtualNetwork{}
@@ -118,7 +152,7 @@ func churnRun(t *testing.T, static bool, seed uint64) churnResult {
 		}
 		defer admCl.Close()
 		ctx := context.Background()
-		c := &churn{t: t, vn: vn, addr: addr, static: static, adm: kadm.NewClient(admCl)}
+		c := &churn{t: t, vn: vn, addr: addr, static: static, consumer: consumer, adm: kadm.NewClient(admCl)}
 		if os.Getenv("TIERPUSH_CHURN_LOG") != "" {
 			c.logw = os.Stderr
 		}
@@ -141,9 +175,15 @@ func churnRun(t *testing.T, static bool, seed uint64) churnResult {
 		for range churnKills {
 			time.Sleep(time.Duration(2+rng.IntN(30)) * time.Second)
 			i := rng.IntN(3)
-			c.kill(c.slots[i])
-			ks = append(ks, kill{at: time.Now(), by: c.start(i)})
+			killed := c.slots[i]
+			id, _ := killed.cl.GroupMetadata()
+			c.kill(killed)
+			at := time.Now()
+			ks = append(ks, kill{at: at, by: c.start(i)})
 			t.Logf("kill slot %d; group %s", i, c.describe(ctx))
+			if consumer {
+				res.moved = append(res.moved, c.waitGone(ctx, id, at))
+			}
 		}
 		res.settled, res.stable = c.waitStable(ctx, churnSettle)
 		for _, k := range ks {
@@ -232,15 +272,16 @@ func (m *member) firstAssigned() time.Time {
 
 // churn is three slots of group members on the embedded broker.
 type churn struct {
-	t      *testing.T
-	vn     *kfake.VirtualNetwork
-	addr   string
-	static bool
-	logw   io.Writer // kgo logs of every member, when set
-	adm    *kadm.Client
-	slots  []*member // the current member of each slot
-	all    []*member
-	gens   []int
+	t        *testing.T
+	vn       *kfake.VirtualNetwork
+	addr     string
+	static   bool
+	consumer bool      // KIP-848 members
+	logw     io.Writer // kgo logs of every member, when set
+	adm      *kadm.Client
+	slots    []*member // the current member of each slot
+	all      []*member
+	gens     []int
 }
 
 // start starts a member in slot (a new one, or in place of a killed one).
@@ -275,6 +316,9 @@ func (c *churn) start(slot int) *member {
 	if c.static {
 		opts = append(opts, kgo.InstanceID(fmt.Sprintf("proc-%d", slot)))
 	}
+	if c.consumer {
+		opts = append(opts, kgo.ServerSideBalancer())
+	}
 	if c.logw != nil {
 		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(prefixWriter{c.logw, m.name}, kgo.LogLevelInfo, nil)))
 	}
@@ -304,8 +348,8 @@ func (c *churn) kill(m *member) {
 func (c *churn) waitStable(ctx context.Context, d time.Duration) (time.Duration, bool) {
 	began := time.Now()
 	for time.Since(began) < d {
-		gs, err := c.adm.DescribeGroups(ctx, churnGroup)
-		if err == nil && gs[churnGroup].State == "Stable" && len(gs[churnGroup].Members) == 3 {
+		state, ms := c.members(ctx)
+		if state == "Stable" && len(ms) == 3 {
 			n := 0
 			for _, m := range c.slots {
 				if !m.firstAssigned().IsZero() {
@@ -321,29 +365,87 @@ func (c *churn) waitStable(ctx context.Context, d time.Duration) (time.Duration,
 	return d, false
 }
 
+// churnMember is a member as the broker describes it.
+type churnMember struct {
+	id, instance string
+	partitions   int
+}
+
+// members returns the group's state and members, described as a KIP-848
+// group or a classic one.
+func (c *churn) members(ctx context.Context) (string, []churnMember) {
+	var out []churnMember
+	if c.consumer {
+		gs, err := c.adm.DescribeConsumerGroups(ctx, churnGroup)
+		if err != nil {
+			return err.Error(), nil
+		}
+		g := gs[churnGroup]
+		for _, m := range g.Members {
+			cm := churnMember{id: m.MemberID}
+			if m.InstanceID != nil {
+				cm.instance = *m.InstanceID
+			}
+			// kfake names the assignment by topic ID only: one topic.
+			for _, ps := range m.Assignment {
+				cm.partitions += len(ps)
+			}
+			out = append(out, cm)
+		}
+		return g.State, out
+	}
+	gs, err := c.adm.DescribeGroups(ctx, churnGroup)
+	if err != nil {
+		return err.Error(), nil
+	}
+	g := gs[churnGroup]
+	for _, m := range g.Members {
+		cm := churnMember{id: m.MemberID}
+		if m.InstanceID != nil {
+			cm.instance = *m.InstanceID
+		}
+		if a, ok := m.Assigned.AsConsumer(); ok {
+			for _, t := range a.Topics {
+				cm.partitions += len(t.Partitions)
+			}
+		}
+		out = append(out, cm)
+	}
+	return g.State, out
+}
+
+// waitGone waits until member id is out of the group and every partition
+// assigned to the others, and returns how long after at that was; -1 if
+// not within churnSettle.
+func (c *churn) waitGone(ctx context.Context, id string, at time.Time) time.Duration {
+	for time.Since(at) < churnSettle {
+		_, ms := c.members(ctx)
+		held, gone := 0, true
+		for _, m := range ms {
+			gone = gone && m.id != id
+			held += m.partitions
+		}
+		if gone && held == churnParts {
+			return time.Since(at)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return -1
+}
+
 // describe returns the group's state and its members as the broker sees
 // them: [instance/]member-id-suffix:partitions.
 func (c *churn) describe(ctx context.Context) string {
-	gs, err := c.adm.DescribeGroups(ctx, churnGroup)
-	if err != nil {
-		return err.Error()
-	}
-	g := gs[churnGroup]
+	state, members := c.members(ctx)
 	var ms []string
-	for _, m := range g.Members {
-		n := 0
-		if a, ok := m.Assigned.AsConsumer(); ok {
-			for _, t := range a.Topics {
-				n += len(t.Partitions)
-			}
+	for _, m := range members {
+		id := m.id[max(0, len(m.id)-6):]
+		if m.instance != "" {
+			id = m.instance + "/" + id
 		}
-		id := m.MemberID[max(0, len(m.MemberID)-6):]
-		if m.InstanceID != nil {
-			id = *m.InstanceID + "/" + id
-		}
-		ms = append(ms, fmt.Sprintf("%s:%d", id, n))
+		ms = append(ms, fmt.Sprintf("%s:%d", id, m.partitions))
 	}
-	return fmt.Sprintf("%s, %d members [%s]", g.State, len(g.Members), strings.Join(ms, " "))
+	return fmt.Sprintf("%s, %d members [%s]", state, len(members), strings.Join(ms, " "))
 }
 
 // prefixWriter prefixes each kgo log line with the virtual time and the

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // A Kafka offset commit is one number per partition: the first record not
@@ -18,88 +19,120 @@ import (
 // commit, not everything behind the slowest record. (The same idea as
 // Confluent's Parallel Consumer offset maps.)
 //
-// The metadata is "tierpush.finished.v1:<committed offset>:<runs>", runs
-// being base64url varint pairs (gap, length) of finished offset ranges,
+// The metadata is "tierpush.finished.v2:<committed offset>:<unix ms>:<runs>",
+// the unix milliseconds being when the committing member wrote it (a new
+// owner reads what was produced since then, less a margin: internal/consume)
+// and runs base64url varint pairs (gap, length) of finished offset ranges,
 // each gap counted from the end of the previous range, the first from the
-// committed offset. It is capped at MetaMax bytes (Kafka's
-// offset.metadata.max.bytes is 4096 by default): ranges that do not fit are
-// left out, and their records are sent again, never skipped wrongly.
+// committed offset; runs may be empty. Every commit carries it, so that its
+// time is known even when nothing is finished past the committed offset.
+// "tierpush.finished.v1:<committed offset>:<runs>", without the time, is
+// what older processors wrote: it still decodes. The metadata is capped at
+// MetaMax bytes (Kafka's offset.metadata.max.bytes is 4096 by default):
+// ranges that do not fit are left out, and their records are sent again,
+// never skipped wrongly.
 const (
-	metaPrefix = "tierpush.finished.v1:"
-	MetaMax    = 2048
+	metaPrefix   = "tierpush.finished.v2:"
+	metaPrefixV1 = "tierpush.finished.v1:"
+	MetaMax      = 2048
 )
 
 // Span is a range [From, To) of finished offsets.
 type Span struct{ From, To int64 }
 
 // Encode returns the commit metadata for a partition committed at
-// committed whose finished offsets at or after it are spans (sorted, not
-// overlapping), or "" when there are none.
-func Encode(committed int64, spans []Span) string {
+// committed, written at at, whose finished offsets at or after committed are
+// spans (sorted, not overlapping); "" for a negative offset.
+func Encode(committed int64, spans []Span, at time.Time) string {
 	if committed < 0 {
 		return ""
 	}
 	var buf []byte
-	maxRaw := base64.RawURLEncoding.DecodedLen(MetaMax - len(metaPrefix) - 21)
-	at := committed
+	// Room for the prefix, the offset, the time and their colons.
+	maxRaw := base64.RawURLEncoding.DecodedLen(MetaMax - len(metaPrefix) - 2*21)
+	from := committed
 	for _, s := range spans {
-		s.From = max(s.From, at)
+		s.From = max(s.From, from)
 		if s.To <= s.From {
 			continue
 		}
 		n := len(buf)
-		buf = binary.AppendUvarint(buf, uint64(s.From-at))
+		buf = binary.AppendUvarint(buf, uint64(s.From-from))
 		buf = binary.AppendUvarint(buf, uint64(s.To-s.From))
 		if len(buf) > maxRaw {
 			buf = buf[:n]
 			break
 		}
-		at = s.To
+		from = s.To
 	}
-	if len(buf) == 0 {
-		return ""
-	}
-	return metaPrefix + strconv.FormatInt(committed, 10) + ":" + base64.RawURLEncoding.EncodeToString(buf)
+	return metaPrefix + strconv.FormatInt(committed, 10) + ":" + strconv.FormatInt(max(at.UnixMilli(), 0), 10) + ":" +
+		base64.RawURLEncoding.EncodeToString(buf)
 }
 
-// Decode returns the finished spans the metadata of a partition
-// committed at committed lists, or nil when it lists none, was written by
-// something else, or for another offset.
-func Decode(committed int64, meta string) []Span {
+// Decode returns what the metadata of a partition committed at committed
+// tells: the finished spans after it, and when it was written (zero for
+// metadata of older processors, which did not say). Metadata written by
+// something else, or for another offset, tells nothing: nil and zero.
+func Decode(committed int64, meta string) (spans []Span, at time.Time) {
 	rest, ok := strings.CutPrefix(meta, metaPrefix)
+	v1 := false
 	if !ok {
-		return nil
+		if rest, ok = strings.CutPrefix(meta, metaPrefixV1); !ok {
+			return nil, time.Time{}
+		}
+		v1 = true
 	}
-	num, enc, ok := strings.Cut(rest, ":")
+	num, rest, ok := strings.Cut(rest, ":")
 	if !ok {
-		return nil
+		return nil, time.Time{}
 	}
-	if at, err := strconv.ParseInt(num, 10, 64); err != nil || at != committed || committed < 0 {
-		return nil
+	if o, err := strconv.ParseInt(num, 10, 64); err != nil || o != committed || committed < 0 {
+		return nil, time.Time{}
 	}
+	enc := rest
+	if !v1 {
+		var ms string
+		if ms, enc, ok = strings.Cut(rest, ":"); !ok {
+			return nil, time.Time{}
+		}
+		n, err := strconv.ParseInt(ms, 10, 64)
+		if err != nil || n < 0 || n > 1<<50 {
+			return nil, time.Time{}
+		}
+		at = time.UnixMilli(n)
+	}
+	spans, ok = decodeRuns(committed, enc)
+	if !ok {
+		return nil, time.Time{}
+	}
+	return spans, at
+}
+
+// decodeRuns decodes the base64url varint runs after committed.
+func decodeRuns(committed int64, enc string) ([]Span, bool) {
 	buf, err := base64.RawURLEncoding.DecodeString(enc)
 	if err != nil {
-		return nil
+		return nil, false
 	}
 	var out []Span
-	at := committed
+	from := committed
 	for len(buf) > 0 {
 		gap, n := binary.Uvarint(buf)
 		if n <= 0 {
-			return nil
+			return nil, false
 		}
 		buf = buf[n:]
 		length, n := binary.Uvarint(buf)
 		if n <= 0 || length == 0 || gap > 1<<62 || length > 1<<62 {
-			return nil
+			return nil, false
 		}
 		buf = buf[n:]
-		s := Span{From: at + int64(gap), To: at + int64(gap) + int64(length)}
-		if s.From < at || s.To <= s.From {
-			return nil // overflow
+		s := Span{From: from + int64(gap), To: from + int64(gap) + int64(length)}
+		if s.From < from || s.To <= s.From {
+			return nil, false // overflow
 		}
 		out = append(out, s)
-		at = s.To
+		from = s.To
 	}
-	return out
+	return out, true
 }

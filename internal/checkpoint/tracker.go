@@ -9,6 +9,7 @@ package checkpoint
 import (
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -26,39 +27,77 @@ type Entry struct {
 type Tracker struct {
 	mu    sync.Mutex
 	queue []*Entry // tracked, not yet passed by the head, in offset order
-	prior []Span   // offsets an earlier owner finished after its committed offset
+	// prior are the offsets finished before this owner consumed them
+	// (by an earlier owner), sorted by From; they may overlap.
+	prior []prior
 	// dirty: a record finished behind an unfinished one since the last
-	// commit told which (Metadata).
-	dirty  bool
-	sealed bool // committed for the last time: mark nothing more
-	closed bool // handed over: tell nothing more
+	// commit the broker acknowledged told which. changes counts those
+	// finishes, told is changes when the last commit's metadata was
+	// written (Metadata): an acknowledgement clears dirty only if no
+	// finish came between (Acked).
+	dirty         bool
+	changes, told uint64
+	sealed        bool // committed for the last time: mark nothing more
+	closed        bool // handed over: tell nothing more
 	// next is the offset after the last record the head passed (its
 	// position only: a record kept here would keep its whole fetch).
 	next    kgo.EpochOffset
 	hasNext bool
+	// tracked is one past the highest offset tracked (0: none yet).
+	tracked int64
 }
 
-// SetPrior records the spans an earlier owner of the partition committed as
-// finished after its committed offset: Track skips them.
-func (t *Tracker) SetPrior(spans []Span) {
-	t.mu.Lock()
-	t.prior = slices.Clone(spans)
-	t.mu.Unlock()
+// prior is a span finished before this owner consumed it, and how that is
+// known.
+type prior struct {
+	Span
+	why string
 }
 
-// Track appends a consumed record. A record the partition's earlier owner
-// finished is tracked as finished already: skipped is true, and mark is the
-// newest record that may now be marked for commit, if the head moved.
-func (t *Tracker) Track(r *kgo.Record) (e *Entry, skipped bool, mark *kgo.Record) {
+// SetPrior adds spans finished before this owner consumed them: by an
+// earlier owner, as its commit said, or as what it produced shows
+// (internal/consume). why says how it is known; Track skips them and
+// returns it.
+func (t *Tracker) SetPrior(spans []Span, why string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	for _, s := range spans {
+		t.prior = append(t.prior, prior{s, why})
+	}
+	slices.SortStableFunc(t.prior, func(a, b prior) int { return cmpOffset(a.From, b.From) })
+}
+
+func cmpOffset(a, b int64) int { return int(min(max(a-b, -1), 1)) }
+
+// Track appends a consumed record. A record finished before this owner
+// consumed it (SetPrior) is tracked as finished already: skipped says how
+// that is known ("" when it is not skipped), and mark is the newest record
+// that may now be marked for commit, if the head moved.
+//
+// A record at an offset this tracker has had already is consumed again
+// because the client's position went back: Track returns a nil e, and the
+// record must be dropped. kgo moves it back when a broker's answer reads as
+// records lost (KIP-320); a broker elected cleanly never loses what a
+// consumer read (it reads up to the high watermark), and the embedded
+// broker's answers after a leader change read that way falsely (the
+// earlier epoch's end unknown, so kgo resets to the log's start).
+// Handling those records again would send them again, and break the
+// order the tracker keeps.
+func (t *Tracker) Track(r *kgo.Record) (e *Entry, skipped string, mark *kgo.Record) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r.Offset < t.tracked {
+		return nil, "", nil
+	}
+	t.tracked = r.Offset + 1
 	e = &Entry{Record: r}
 	t.queue = append(t.queue, e)
-	if !t.skipLocked(r.Offset) {
-		return e, false, nil
+	why := t.skipLocked(r.Offset)
+	if why == "" {
+		return e, "", nil
 	}
 	e.started = true
-	return e, true, t.finishLocked(e)
+	return e, why, t.finishLocked(e)
 }
 
 // Start records that e was handed to a handler.
@@ -92,6 +131,7 @@ func (t *Tracker) finishLocked(e *Entry) *kgo.Record {
 	}
 	if len(t.queue) > 0 && e.Record.Offset > t.queue[0].Record.Offset {
 		t.dirty = true
+		t.changes++
 	}
 	if t.closed || t.sealed {
 		return nil
@@ -99,22 +139,27 @@ func (t *Tracker) finishLocked(e *Entry) *kgo.Record {
 	return last
 }
 
-// skipLocked reports whether offset o was finished by an earlier owner,
-// dropping the spans behind o.
-func (t *Tracker) skipLocked(o int64) bool {
+// skipLocked returns how it is known that offset o was finished before
+// this owner consumed it, or "", dropping the spans behind o (offsets are
+// tracked in order).
+func (t *Tracker) skipLocked(o int64) string {
 	for len(t.prior) > 0 && t.prior[0].To <= o {
 		t.prior = t.prior[1:]
 	}
-	return len(t.prior) > 0 && t.prior[0].From <= o
+	if len(t.prior) > 0 && t.prior[0].From <= o {
+		return t.prior[0].why
+	}
+	return ""
 }
 
 // Head returns the first unfinished record's offset when records finished
-// behind it since the last commit said so: kgo's autocommit sends only
-// partitions whose head moved, so the caller commits these itself.
+// behind it that no acknowledged commit told: kgo's autocommit sends only
+// partitions whose head moved, so the caller commits these itself. A sealed
+// or handed-over partition has none.
 func (t *Tracker) Head() (kgo.EpochOffset, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.dirty || t.closed || len(t.queue) == 0 {
+	if !t.dirty || t.closed || t.sealed || len(t.queue) == 0 {
 		return kgo.EpochOffset{}, false
 	}
 	h := t.queue[0].Record
@@ -137,17 +182,38 @@ func (t *Tracker) Committable() (kgo.EpochOffset, bool) {
 	return kgo.EpochOffset{}, false
 }
 
-// Metadata returns the commit metadata of a commit at committed: the
-// finished offsets after it (meta.go), "" when there are none or the
+// Metadata returns the commit metadata of a commit at committed written at
+// at: the finished offsets after it and the time (meta.go); "" once the
 // partition was handed over.
-func (t *Tracker) Metadata(committed int64) string {
+func (t *Tracker) Metadata(committed int64, at time.Time) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return ""
 	}
-	t.dirty = false
-	return Encode(committed, t.spansLocked(committed))
+	t.told = t.changes
+	return Encode(committed, t.spansLocked(committed), at)
+}
+
+// Acked records that the broker acknowledged the commit whose metadata was
+// written last (kgo issues a group's commits one after another): the
+// finishes it told need no commit of their own any more, unless more came
+// since it was written. A commit that failed is not acknowledged, so the
+// partition stays dirty and is committed again (Head).
+func (t *Tracker) Acked() {
+	t.mu.Lock()
+	if t.told == t.changes {
+		t.dirty = false
+	}
+	t.mu.Unlock()
+}
+
+// Owned reports whether the partition may be committed by any commit but
+// its hand-off's own: not sealed for that commit, not handed over.
+func (t *Tracker) Owned() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.sealed && !t.closed
 }
 
 // spansLocked returns the offsets at or after committed known to be
@@ -175,8 +241,10 @@ func (t *Tracker) spansLocked(committed int64) []Span {
 			}
 		}
 	}
-	out = append(out, t.prior...)
-	slices.SortFunc(out, func(a, b Span) int { return int(min(max(a.From-b.From, -1), 1)) })
+	for _, p := range t.prior {
+		out = append(out, p.Span)
+	}
+	slices.SortFunc(out, func(a, b Span) int { return cmpOffset(a.From, b.From) })
 	merged := out[:0]
 	for _, s := range out {
 		if s.To <= committed {

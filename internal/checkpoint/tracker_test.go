@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -24,6 +25,9 @@ func tracked(offsets []int64, done []bool) (*Tracker, []*Entry) {
 	}
 	return t, es
 }
+
+// at is the time the tests' commits are written.
+var at = time.UnixMilli(1_700_000_000_123)
 
 func TestSpans(t *testing.T) {
 	// Head 10 unfinished; 11, 12 finished; 13 held; 15 finished, 17
@@ -47,7 +51,7 @@ func TestSpans(t *testing.T) {
 // them, and a crash then sent them again).
 func TestSpansKeepPrior(t *testing.T) {
 	tr := &Tracker{}
-	tr.SetPrior([]Span{{11, 13}, {15, 18}})
+	tr.SetPrior([]Span{{11, 13}, {15, 18}}, "committed")
 	// Consumed again: 10 (not finished before) is in flight.
 	tr.Track(&kgo.Record{Offset: 10})
 	if got, want := tr.spansLocked(10), []Span{{11, 13}, {15, 18}}; !slices.Equal(got, want) {
@@ -55,20 +59,20 @@ func TestSpansKeepPrior(t *testing.T) {
 	}
 	// Nothing tracked at all: the committed offset is the head.
 	empty := &Tracker{}
-	empty.SetPrior([]Span{{11, 13}})
-	if got, want := empty.Metadata(10), Encode(10, []Span{{11, 13}}); got != want {
+	empty.SetPrior([]Span{{11, 13}}, "committed")
+	if got, want := empty.Metadata(10, at), Encode(10, []Span{{11, 13}}, at); got != want {
 		t.Errorf("nothing consumed yet: metadata %q, want %q", got, want)
 	}
 }
 
 func TestSkip(t *testing.T) {
 	tr := &Tracker{}
-	tr.SetPrior([]Span{{11, 13}, {15, 18}})
+	tr.SetPrior([]Span{{11, 13}, {15, 18}}, "committed")
 	var skipped []int64
 	var marks []int64
 	for o := int64(10); o < 20; o++ {
 		e, skip, mark := tr.Track(&kgo.Record{Offset: o})
-		if skip {
+		if skip != "" {
 			skipped = append(skipped, o)
 		}
 		if mark != nil {
@@ -105,17 +109,18 @@ func TestFinishDirty(t *testing.T) {
 	if h, ok := tr.Head(); !ok || h.Offset != 2 {
 		t.Fatalf("Head = %v, %v; want offset 2", h, ok)
 	}
-	if meta := tr.Metadata(2); meta != Encode(2, []Span{{3, 4}}) {
+	if meta := tr.Metadata(2, at); meta != Encode(2, []Span{{3, 4}}, at) {
 		t.Fatalf("metadata %q", meta)
 	}
+	tr.Acked()
 	if _, ok := tr.Head(); ok {
-		t.Fatal("Head still dirty after a commit told the finished offsets")
+		t.Fatal("Head still dirty after an acknowledged commit told the finished offsets")
 	}
 	tr.Close()
 	if last := tr.Finish(es[1]); last != nil {
 		t.Fatalf("handed over: marked %v", last)
 	}
-	if meta := tr.Metadata(2); meta != "" {
+	if meta := tr.Metadata(2, at); meta != "" {
 		t.Fatalf("handed over: metadata %q", meta)
 	}
 }
@@ -162,14 +167,81 @@ func TestSeal(t *testing.T) {
 	if last := tr.Finish(es[0]); last != nil {
 		t.Errorf("sealed: marked %v", last)
 	}
-	if _, skipped, mark := tr.Track(&kgo.Record{Offset: 5}); skipped || mark != nil {
+	if _, skipped, mark := tr.Track(&kgo.Record{Offset: 5}); skipped != "" || mark != nil {
 		t.Errorf("sealed: Track skipped %v, marked %v", skipped, mark)
 	}
 	tr.Finish(es[3])
 	if h, ok := tr.Committable(); !ok || h.Offset != 3 {
 		t.Errorf("sealed: Committable %v %v, want offset 3", h, ok)
 	}
-	if got, want := tr.Metadata(3), Encode(3, []Span{{4, 5}}); got != want {
+	if got, want := tr.Metadata(3, at), Encode(3, []Span{{4, 5}}, at); got != want {
 		t.Errorf("sealed: metadata %q, want %q", got, want)
+	}
+	if tr.Owned() {
+		t.Error("sealed: still owned, so ordinary commits would include it")
+	}
+	if _, ok := tr.Head(); ok {
+		t.Error("sealed: Head asks for a commit of its own")
+	}
+}
+
+// A commit that fails leaves the partition dirty, so the next one tells its
+// finished offsets again; an acknowledgement of a commit written before a
+// later finish leaves it dirty too.
+func TestDirtyUntilAcked(t *testing.T) {
+	tr, es := tracked([]int64{1, 2, 3, 4}, []bool{false, false, false, false})
+	tr.Finish(es[2])
+	tr.Metadata(1, at) // a commit issued ... that fails: no Acked
+	if _, ok := tr.Head(); !ok {
+		t.Fatal("a commit that was never acknowledged cleared the partition's dirty flag")
+	}
+	tr.Metadata(1, at) // issued again
+	tr.Finish(es[3])   // a finish after its metadata was written
+	tr.Acked()
+	if _, ok := tr.Head(); !ok {
+		t.Fatal("an acknowledgement cleared a finish its commit did not tell")
+	}
+	if got, want := tr.Metadata(1, at), Encode(1, []Span{{3, 5}}, at); got != want {
+		t.Fatalf("metadata %q, want %q", got, want)
+	}
+	tr.Acked()
+	if _, ok := tr.Head(); ok {
+		t.Fatal("dirty after an acknowledged commit that told every finish")
+	}
+}
+
+// Spans an earlier owner finished, known from its commit and from what it
+// produced, may overlap; Track tells how each skipped one is known.
+func TestSkipReasons(t *testing.T) {
+	tr := &Tracker{}
+	tr.SetPrior([]Span{{2, 4}}, "committed")
+	tr.SetPrior([]Span{{3, 6}, {8, 9}}, "outcome")
+	var got []string
+	for o := int64(1); o < 10; o++ {
+		_, why, _ := tr.Track(&kgo.Record{Offset: o})
+		got = append(got, why)
+	}
+	want := []string{"", "committed", "committed", "outcome", "outcome", "", "", "outcome", ""}
+	if !slices.Equal(got, want) {
+		t.Errorf("skipped %q, want %q", got, want)
+	}
+}
+
+// A record at an offset tracked already (the client's position went back)
+// is not tracked again.
+func TestTrackAgain(t *testing.T) {
+	tr := &Tracker{}
+	for _, o := range []int64{5, 6, 7} {
+		if e, _, _ := tr.Track(&kgo.Record{Offset: o}); e == nil {
+			t.Fatalf("offset %d refused the first time", o)
+		}
+	}
+	for _, o := range []int64{0, 5, 7} {
+		if e, _, _ := tr.Track(&kgo.Record{Offset: o}); e != nil {
+			t.Errorf("offset %d tracked again", o)
+		}
+	}
+	if e, _, _ := tr.Track(&kgo.Record{Offset: 9}); e == nil {
+		t.Error("offset 9, new, refused")
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tierpush/tierpush/internal/deliver"
 	"github.com/tierpush/tierpush/tiers"
@@ -37,16 +38,39 @@ var _ Handler = (*deliver.Handler)(nil)
 
 // Hooks observe the consumer. They must be cheap and must not block.
 type Hooks interface {
-	// Skipped counts records a partition's previous owner had finished.
-	Skipped(n int)
+	// Skipped counts records this member did not handle because they were
+	// finished before it consumed them; why says how that is known:
+	// "committed" (the previous owner's commit listed them), "outcome"
+	// (their event's outcome is in the ledger) or "retry" (a later step
+	// of their event is on a retry topic). See resume.go.
+	Skipped(why string, n int)
+	// CommitFailed counts partitions whose commit failed (a request
+	// error, or the partition's error code, named by reason); they are
+	// committed again.
+	CommitFailed(reason string, partitions int)
+	// Resumed observes how long a partition taken over with records
+	// waiting went unconsumed: from its previous owner's last commit to
+	// this member's being ready to send them.
+	Resumed(waited time.Duration)
 }
 
 // Config tunes a Consumer; see pipeline.Config for the meaning and
 // defaults of each.
 type Config struct {
-	Group  string
-	Names  topology.Names
-	Policy tiers.Policy
+	Group string
+	// InstanceID makes the member static (group.instance.id); empty is a
+	// dynamic member.
+	InstanceID string
+	// Protocol is ProtocolAuto (the default), ProtocolClassic or
+	// ProtocolConsumer.
+	Protocol string
+	// SessionTimeout and HeartbeatInterval are the classic protocol's
+	// session: how long the group waits for a member that stopped
+	// heartbeating before it gives its partitions to others. 0 keeps
+	// kgo's defaults (45 s and 3 s). KIP-848 takes them from the broker.
+	SessionTimeout, HeartbeatInterval time.Duration
+	Names                             topology.Names
+	Policy                            tiers.Policy
 	// ExtraInputs are retry topics of steps dropped from the ladder
 	// (topology.Names.ParseDropped): consumed as retry topics of their
 	// tier, held until due, counted in its budget; their records continue
@@ -68,6 +92,15 @@ type Config struct {
 	// JitterSpan is the most a retry's due time may run ahead of the
 	// order of its step's partition (deliver.Config.JitterSpan).
 	JitterSpan func(time.Duration) time.Duration
+	// Verify checks a retry record's signature (topology.Signer); a
+	// partition's new owner counts only retry records it passes as
+	// evidence of what was done (resume.go). nil trusts every one.
+	Verify func(*kgo.Record) error
+	// ReaderOpts are the options of the client that reads, for a
+	// partition taken over, what was produced since its last commit
+	// (resume.go): seed brokers, TLS, SASL, dialer, without the
+	// consumer client's hooks.
+	ReaderOpts []kgo.Opt
 	Now        func() time.Time
 }
 
@@ -93,13 +126,15 @@ type Consumer struct {
 
 	mu    sync.Mutex
 	parts map[topicPart]*worker // partitions.go
-	// commitMu orders commitLoop's commits and a hand-off's: a head read
-	// before a hand-off reaches kgo's queue of commits before the
-	// hand-off's commit, never after it (commit.go).
-	commitMu sync.Mutex
 	// records counts every record goroutine, so Run returns after the
 	// last one even when a hand-off stopped waiting for it.
 	records sync.WaitGroup
+	// resumes counts the goroutines reading what partitions taken over
+	// had done (resume.go), which end with life.
+	resumes   sync.WaitGroup
+	life      context.Context
+	endLife   context.CancelFunc
+	commitLog logLimit // commit failures (commit.go)
 	// runners are the goroutines records are handled on (runners.go).
 	runners *runners
 
@@ -119,8 +154,16 @@ type topicPart struct {
 // New returns a Consumer whose group client adds the group options to
 // kopts (seed brokers, TLS, SASL, hooks, dialer and so on).
 func New(cfg Config, log *slog.Logger, h Handler, hooks Hooks, kopts []kgo.Opt) (*Consumer, error) {
+	switch cfg.Protocol {
+	case "":
+		cfg.Protocol = ProtocolAuto
+	case ProtocolAuto, ProtocolClassic, ProtocolConsumer:
+	default:
+		return nil, fmt.Errorf("group protocol %q: want %s, %s or %s", cfg.Protocol, ProtocolClassic, ProtocolConsumer, ProtocolAuto)
+	}
 	c := &Consumer{cfg: cfg, log: log, h: h, hooks: hooks, parts: make(map[topicPart]*worker), dropped: make(map[string]topology.Source),
 		runners: newRunners(func(j runJob) { j.w.handle(j.t) })}
+	c.life, c.endLife = context.WithCancel(context.Background())
 	weights := [3]int{}
 	for i, t := range tiers.All {
 		weights[i] = cfg.Policy.Ladder(t).Weight
@@ -147,8 +190,12 @@ func New(cfg Config, log *slog.Logger, h Handler, hooks Hooks, kopts []kgo.Opt) 
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(cfg.CommitInterval),
 		// Every commit the client makes, automatic or on a hand-off,
-		// carries the partition's checkpoint (commit.go).
+		// carries the partition's checkpoint, and none names a partition
+		// this member no longer owns (commit.go).
 		kgo.WithContext(kgo.PreCommitFnContext(context.Background(), c.annotateCommit)),
+		kgo.AutoCommitCallback(func(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+			c.committed(req, resp, err)
+		}),
 		// A resumed retry partition is fetched only when the fetch in
 		// progress returns: kgo's 5 s default would make retries that
 		// late. Keep it under Prefetch.
@@ -167,7 +214,8 @@ func New(cfg Config, log *slog.Logger, h Handler, hooks Hooks, kopts []kgo.Opt) 
 		kgo.BlockRebalanceOnPoll(),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	)
-	cl, err := kgo.NewClient(kopts...)
+	// The session first: options the caller gives override it (tests).
+	cl, err := kgo.NewClient(append(c.groupOpts(), kopts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
@@ -207,6 +255,10 @@ func (c *Consumer) ProduceFailures() int64 { return c.produceFailures.Load() }
 // records as window slots free, and the tier topics stop fetching while
 // MaxInFlight of their records wait (pollContext).
 func (c *Consumer) Run(ctx context.Context) error {
+	if err := c.checkProtocol(ctx); err != nil {
+		c.cl.Close()
+		return err
+	}
 	var bg sync.WaitGroup
 	bgctx, stop := context.WithCancel(context.Background())
 	bg.Go(func() { c.commitLoop(bgctx) })
@@ -232,6 +284,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	err := c.handOff(c.cl, c.owned(), true)
 	stop()
 	bg.Wait()
+	c.endLife()
+	c.resumes.Wait()
 	c.cl.AllowRebalance() // Close leaves the group, which waits for it
 	c.cl.Close()
 	c.records.Wait() // bounded by the send timeout: nothing waits on the partition any more
@@ -374,64 +428,4 @@ func (c *Consumer) owned() map[string][]int32 {
 		m[k.topic] = append(m[k.topic], k.part)
 	}
 	return m
-}
-
-// topicPause pauses a set of topics as a whole, apart from the pauses of
-// their partitions (kgo keeps the two independent).
-type topicPause struct {
-	topics []string
-	on     bool
-}
-
-// set pauses the topics or resumes them, if that changes anything.
-func (t *topicPause) set(cl *kgo.Client, on bool) {
-	if on == t.on {
-		return
-	}
-	t.on = on
-	if on {
-		cl.PauseFetchTopics(t.topics...)
-	} else {
-		cl.ResumeFetchTopics(t.topics...)
-	}
-}
-
-// budget bounds one tier's retry records in memory: at max, the tier's
-// retry topics stop fetching until some are started, so memory does not
-// grow with the partitions or with how many records come due together, and
-// a lower tier's records waiting for their due time never keep a higher
-// tier's due retry unread.
-type budget struct {
-	topics []string
-	max    int64
-
-	mu     sync.Mutex
-	n      int64
-	paused bool
-}
-
-// add counts delta more records held and pauses or resumes the topics.
-// Decided on the count under mu: whichever change comes last leaves the
-// pause as the count asks.
-func (b *budget) add(cl *kgo.Client, delta int) {
-	if delta == 0 {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.n += int64(delta)
-	if want := b.n >= b.max; want != b.paused {
-		b.paused = want
-		if want {
-			cl.PauseFetchTopics(b.topics...)
-		} else {
-			cl.ResumeFetchTopics(b.topics...)
-		}
-	}
-}
-
-func (b *budget) load() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.n
 }

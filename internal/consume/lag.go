@@ -3,6 +3,8 @@ package consume
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -22,12 +24,15 @@ type Lag struct {
 }
 
 // Lag returns the lag of each topic this consumer owns partitions of, from
-// the broker's end and committed offsets (kadm's group lag) and, for retry
-// steps, the first offset written less than the step's delay ago. Total -
-// NotDue is the work that is due now: what an autoscaler should scale on,
-// since more replicas cannot make a retry due sooner. Records written to a
-// step with an older timestamp than their due time calls for (held records
-// re-produced at a graceful hand-off) count as due a little early.
+// the broker's end and committed offsets (the start offset where nothing
+// is committed yet) and, for retry steps, the first offset written less
+// than the step's delay ago. Total - NotDue is the work that is due now:
+// what an autoscaler should scale on, since more replicas cannot make a
+// retry due sooner. Records written to a step with an older timestamp than
+// their due time calls for (held records re-produced at a graceful
+// hand-off) count as due a little early. It asks for the owned partitions
+// alone, not the group's assignment (kadm's group lag reads that from
+// classic group descriptions, which show no KIP-848 member).
 func (c *Consumer) Lag(ctx context.Context) (map[string]Lag, error) {
 	ws := c.workers()
 	out := make(map[string]Lag)
@@ -37,15 +42,21 @@ func (c *Consumer) Lag(ctx context.Context) (map[string]Lag, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(c.cl)
-	lags, err := adm.Lag(ctx, c.cfg.Group)
+	topics := make(map[string]bool)
+	for _, w := range ws {
+		topics[w.topic] = true
+	}
+	list := slices.Collect(maps.Keys(topics))
+	committed, err := adm.FetchOffsetsForTopics(ctx, c.cfg.Group, list...)
 	if err != nil {
 		return nil, fmt.Errorf("group lag: %w", err)
 	}
-	gl, ok := lags[c.cfg.Group]
-	if !ok {
-		return nil, fmt.Errorf("group lag: no answer for group %s", c.cfg.Group)
+	starts, err := adm.ListStartOffsets(ctx, list...)
+	if err != nil {
+		return nil, fmt.Errorf("group lag: %w", err)
 	}
-	if err := gl.Error(); err != nil {
+	ends, err := adm.ListEndOffsets(ctx, list...)
+	if err != nil {
 		return nil, fmt.Errorf("group lag: %w", err)
 	}
 	now := c.cfg.Now()
@@ -54,21 +65,28 @@ func (c *Consumer) Lag(ctx context.Context) (map[string]Lag, error) {
 		return nil, err
 	}
 	for _, w := range ws {
-		pl, ok := gl.Lag.Lookup(w.topic, w.part)
-		if !ok || pl.Err != nil || pl.Lag < 0 {
+		e, ok := ends.Lookup(w.topic, w.part)
+		if !ok || e.Err != nil {
 			continue // unknown now; the next scrape asks again
 		}
+		end := e.Offset
+		from := int64(0) // where the lag counts from: the commit, or the log's start
+		if s, ok := starts.Lookup(w.topic, w.part); ok && s.Err == nil {
+			from = s.Offset
+		}
+		if r, ok := committed.Lookup(w.topic, w.part); ok && r.Err == nil && r.At >= 0 {
+			from = r.At
+		}
+		lag := max(end-from, 0)
 		l := out[w.topic]
-		l.Total += pl.Lag
+		l.Total += lag
 		if w.src.Retry {
-			end := pl.End.Offset
-			from := end // the first offset written less than the delay ago
+			recentFrom := end // the first offset written less than the delay ago
 			if o, ok := recent.Lookup(w.topic, w.part); ok && o.Err == nil && o.Offset >= 0 {
-				from = min(o.Offset, end)
+				recentFrom = min(o.Offset, end)
 			}
-			committed := end - pl.Lag
-			n := max(end-max(from, committed), 0) + int64(w.heldBefore(from))
-			l.NotDue += min(n, pl.Lag)
+			n := max(end-max(recentFrom, from), 0) + int64(w.heldBefore(recentFrom))
+			l.NotDue += min(n, lag)
 		}
 		out[w.topic] = l
 	}

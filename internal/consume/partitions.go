@@ -21,11 +21,12 @@ import (
 // beside accept or the shutdown in Run. They use the client they are given:
 // the first assignment can arrive before kgo.NewClient has returned.
 
-// assigned starts a worker for each new partition, after reading what its
-// previous owner finished beyond its committed offset (commit.go).
-func (c *Consumer) assigned(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+// assigned starts a worker for each new partition. The workers wait, and
+// their partitions stay paused, until resume has read what the partitions'
+// previous owners finished (resume.go).
+func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, m map[string][]int32) {
 	c.joined.Store(true)
-	prior := c.loadFinished(ctx, cl, m)
+	taken := make(map[topicPart]*worker)
 	for topic, parts := range m {
 		src, ok := c.dropped[topic]
 		if !ok {
@@ -41,16 +42,34 @@ func (c *Consumer) assigned(ctx context.Context, cl *kgo.Client, m map[string][]
 			c.mu.Lock()
 			if c.parts[k] == nil {
 				w := newWorker(c, cl, topic, part, src)
-				w.ck.SetPrior(prior[k])
 				c.parts[k] = w
+				taken[k] = w
 				go w.run()
 			}
 			c.mu.Unlock()
 		}
 	}
 	// A partition paused during an earlier ownership of ours must not
-	// stay paused: its held records were handed back with it.
+	// stay paused: its held records were handed back with it. Those
+	// taken now resume once resume has told their workers what is done.
 	cl.ResumeFetchPartitions(m)
+	if len(taken) == 0 {
+		return
+	}
+	tps := make(map[string][]int32)
+	for k := range taken {
+		tps[k.topic] = append(tps[k.topic], k.part)
+	}
+	cl.PauseFetchPartitions(tps)
+	c.resumes.Add(1)
+	go func() {
+		defer c.resumes.Done()
+		c.resume(cl, taken)
+		cl.ResumeFetchPartitions(tps)
+		for _, w := range taken {
+			close(w.resumed)
+		}
+	}()
 }
 
 func (c *Consumer) revoked(_ context.Context, cl *kgo.Client, m map[string][]int32) {
@@ -115,9 +134,6 @@ func (c *Consumer) handOff(cl *kgo.Client, m map[string][]int32, graceful bool) 
 		}
 	}
 	err := errors.Join(errs...)
-	// No commit of commitLoop's may be queued between this commit and
-	// the partitions' end: it would be kgo's last for them (commit.go).
-	c.commitMu.Lock()
 	if graceful {
 		err = errors.Join(err, c.commitHandedOff(cl, ws))
 	}
@@ -127,7 +143,6 @@ func (c *Consumer) handOff(cl *kgo.Client, m map[string][]int32, graceful bool) 
 		delete(c.parts, topicPart{w.topic, w.part})
 	}
 	c.mu.Unlock()
-	c.commitMu.Unlock()
 	cl.ResumeFetchPartitions(m)
 	return err
 }
@@ -136,9 +151,10 @@ func (c *Consumer) handOff(cl *kgo.Client, m map[string][]int32, graceful bool) 
 // with the finished offsets after it. Every one, not only those whose head
 // moved (what CommitMarkedOffsets sends): records that finished behind an
 // unfinished one during the drain must reach the metadata, or the next
-// owner sends them again. The trackers are sealed first: a record that
-// finishes after the commit (past waitLimit) must not move kgo's head,
-// which an autocommit would commit without the finished offsets.
+// owner sends them again. The trackers are sealed first: from then on no
+// other commit names these partitions (annotateCommit), so this one is the
+// last, and a record that finishes after it (past waitLimit) moves neither
+// kgo's head nor what is committed.
 func (c *Consumer) commitHandedOff(cl *kgo.Client, ws []*worker) error {
 	offs := make(map[string]map[int32]kgo.EpochOffset)
 	for _, w := range ws {
@@ -158,7 +174,8 @@ func (c *Consumer) commitHandedOff(cl *kgo.Client, ws []*worker) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.commitLimit)
 	defer cancel()
 	var errs []error
-	cl.CommitOffsetsSync(kgo.PreCommitFnContext(ctx, c.annotateCommit), offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	cl.CommitOffsetsSync(kgo.PreCommitFnContext(ctx, c.annotateHandOff(ws)), offs, func(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		c.committed(req, resp, err)
 		if err != nil {
 			errs = append(errs, err)
 			return

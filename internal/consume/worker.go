@@ -19,8 +19,8 @@ import (
 // each on its own goroutine (startOne → handle). partitions.go starts and
 // stops it.
 //
-// Lock order: Consumer.commitMu, then Consumer.mu, then worker.mu, then the
-// tracker's; window.mu and budget.mu are taken alone or last.
+// Lock order: Consumer.mu, then worker.mu, then the tracker's; window.mu
+// and budget.mu are taken alone or last.
 type worker struct {
 	c     *Consumer
 	cl    *kgo.Client
@@ -36,21 +36,29 @@ type worker struct {
 	grace  bool            // a graceful hand-off: finish, re-produce, mark
 	wake   chan struct{}   // capacity 1: run has something to look at
 	done   chan struct{}   // closed when run returns
+	// resumed is closed once the tracker knows what was finished before
+	// this member took the partition (resume.go): run waits for it.
+	resumed chan struct{}
 
 	// inWindow: queued in the window for a slot; window.mu guards it.
 	inWindow bool
 	// stuckSince: unix ns of the first produce failure not yet overcome.
 	stuckSince atomic.Int64
 
-	mu       sync.Mutex
-	incoming []*kgo.Record // polled, not yet tracked
-	held     dueHeap       // retry records waiting for their due time
-	maxDue   time.Time     // latest due time in held
-	ready    []*task       // due, waiting for a window slot, in order
-	paused   bool
-	counted  int            // retry records in memory as the tier's budget counts them
-	closing  bool           // start nothing more
-	records  sync.WaitGroup // record goroutines (startOne)
+	mu          sync.Mutex
+	incoming    []*kgo.Record // polled, not yet tracked
+	held        dueHeap       // retry records waiting for their due time
+	maxDue      time.Time     // latest due time in held
+	ready       []*task       // due, waiting for a window slot, in order
+	paused      bool
+	counted     int  // retry records in memory as the tier's budget counts them
+	warnedAgain bool // told once that records came again
+	// resumeSince is when the partition's previous owner last committed,
+	// set by resume when records waited; the first record tracked
+	// observes how long it waited until readyAt (Hooks.Resumed).
+	resumeSince, readyAt time.Time
+	closing              bool           // start nothing more
+	records              sync.WaitGroup // record goroutines (startOne)
 }
 
 // task is one tracked record on its way.
@@ -75,7 +83,7 @@ func newTask(e *checkpoint.Entry, received, due time.Time) *task {
 func newWorker(c *Consumer, cl *kgo.Client, topic string, part int32, src topology.Source) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &worker{c: c, cl: cl, topic: topic, part: part, src: src, ctx: ctx, cancel: cancel,
-		wake: make(chan struct{}, 1), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), done: make(chan struct{}), resumed: make(chan struct{})}
 }
 
 // push hands records of a poll to the worker. They count at once, in the
@@ -114,6 +122,12 @@ func (w *worker) stop(drain, limit context.Context, graceful bool) {
 // run is the partition's goroutine until its hand-off.
 func (w *worker) run() {
 	defer close(w.done)
+	select {
+	case <-w.resumed:
+	case <-w.ctx.Done():
+		w.handBack()
+		return
+	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -156,12 +170,18 @@ func (w *worker) step() (next time.Time, ok bool) {
 // a retry record held until due. Records the partition's previous owner
 // finished are skipped.
 func (w *worker) trackLocked(now time.Time) {
-	var skipped int
+	if len(w.incoming) > 0 && !w.resumeSince.IsZero() {
+		w.observeResume(w.incoming[0], now)
+	}
+	var skipped skips
+	again := 0 // consumed again: dropped (checkpoint.Tracker.Track)
 	for _, r := range w.incoming {
 		if !w.src.Retry {
-			e, skip, mark := w.ck.Track(r)
-			w.markOrSkip(skip, mark, &skipped)
-			if !skip {
+			e, why, mark := w.ck.Track(r)
+			switch {
+			case e == nil:
+				again++
+			case !w.skip(why, mark, &skipped):
 				w.ready = append(w.ready, newTask(e, now, time.Time{}))
 			}
 			continue
@@ -170,31 +190,74 @@ func (w *worker) trackLocked(now time.Time) {
 		if due.After(now) {
 			r = detach(r)
 		}
-		e, skip, mark := w.ck.Track(r)
-		w.markOrSkip(skip, mark, &skipped)
-		if !skip {
+		e, why, mark := w.ck.Track(r)
+		switch {
+		case e == nil:
+			again++
+		case !w.skip(why, mark, &skipped):
 			w.holdLocked(newTask(e, now, due))
 		}
 	}
 	clear(w.incoming)
 	w.incoming = w.incoming[:0]
-	if !w.src.Retry {
-		w.c.unqueue(w.src.Tier.Index(), skipped)
+	if again > 0 && !w.warnedAgain {
+		w.warnedAgain = true
+		w.c.log.Warn("the client consumed records of this partition again (its position went back); they are dropped", "topic", w.topic, "partition", w.part, "records", again)
 	}
-	if skipped > 0 && w.c.hooks != nil {
-		w.c.hooks.Skipped(skipped)
+	if !w.src.Retry {
+		w.c.unqueue(w.src.Tier.Index(), skipped.total()+again)
+	}
+	if w.c.hooks != nil {
+		for why, n := range skipped {
+			w.c.hooks.Skipped(why, n)
+		}
 	}
 }
 
-// markOrSkip marks what a skipped record let the head pass.
-func (w *worker) markOrSkip(skip bool, mark *kgo.Record, skipped *int) {
-	if !skip {
-		return
+// observeResume tells how long the partition's first record after a
+// takeover waited for this member: from the previous owner's last commit,
+// or from when the record came (produced, or due), if later, until this
+// member was ready for it.
+func (w *worker) observeResume(r *kgo.Record, now time.Time) {
+	since := w.resumeSince
+	w.resumeSince = time.Time{}
+	came := r.Timestamp
+	if w.src.Retry {
+		came = dueOf(r, now)
 	}
-	*skipped++
+	if came.After(since) {
+		since = came
+	}
+	if waited := w.readyAt.Sub(since); waited > 0 && w.c.hooks != nil {
+		w.c.hooks.Resumed(waited)
+	}
+}
+
+// skips counts skipped records by why they were.
+type skips map[string]int
+
+func (s skips) total() int {
+	n := 0
+	for _, k := range s {
+		n += k
+	}
+	return n
+}
+
+// skip reports whether Track skipped a record (why is not ""), counting
+// it and marking what it let the head pass.
+func (w *worker) skip(why string, mark *kgo.Record, skipped *skips) bool {
+	if why == "" {
+		return false
+	}
+	if *skipped == nil {
+		*skipped = make(skips, 1)
+	}
+	(*skipped)[why]++
 	if mark != nil {
 		w.cl.MarkCommitRecords(mark)
 	}
+	return true
 }
 
 // scheduleLocked pauses fetching a retry partition while what it holds

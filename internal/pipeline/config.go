@@ -34,6 +34,19 @@ type Config struct {
 	Policy tiers.Policy
 	Group  string
 	Rules  event.Rules
+
+	// GroupInstanceID makes the processor a static member of the group
+	// (group.instance.id); empty is a dynamic member.
+	GroupInstanceID string
+	// GroupProtocol is consume.ProtocolAuto (the default: KIP-848 where
+	// the brokers serve it, for a dynamic member), ProtocolClassic or
+	// ProtocolConsumer.
+	GroupProtocol string
+	// SessionTimeout and HeartbeatInterval are the classic protocol's
+	// session (KIP-848 takes the broker's): a crashed member's partitions
+	// wait this long for another. Defaults 6s and 1s.
+	SessionTimeout, HeartbeatInterval time.Duration
+
 	// ExtraInputs are the retry topics of steps dropped from a ladder
 	// (admin.DroppedSteps finds those that still hold records), consumed
 	// besides the ladder's until the processor restarts: their records
@@ -117,6 +130,10 @@ func DefaultConfig() Config {
 		Pacing:         pacing.DefaultConfig(),
 		SharePacing:    true,
 		Now:            time.Now,
+
+		GroupProtocol:     consume.ProtocolAuto,
+		SessionTimeout:    6 * time.Second,
+		HeartbeatInterval: time.Second,
 	}
 }
 
@@ -172,7 +189,9 @@ type options struct {
 	kopts  []kgo.Opt
 }
 
-// WithHooks observes every handled record (metrics, the status table).
+// WithHooks observes every handled record (metrics, the status table);
+// hooks that are consume.Hooks too also observe the consumer (skipped
+// records, failed commits, partitions taken over).
 func WithHooks(h deliver.Hooks) Option {
 	return func(o *options) { o.hooks = append(o.hooks, h) }
 }
@@ -238,12 +257,24 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 	if err != nil {
 		return nil, err
 	}
+	chooks := consumeHooks{stats: stats}
+	for _, h := range o.hooks {
+		if ch, ok := h.(consume.Hooks); ok {
+			chooks.more = append(chooks.more, ch)
+		}
+	}
 	c, err := consume.New(consume.Config{
-		Group: cfg.Group, Names: cfg.Names, Policy: cfg.Policy, ExtraInputs: cfg.ExtraInputs,
+		Group: cfg.Group, InstanceID: cfg.GroupInstanceID, Protocol: cfg.GroupProtocol,
+		SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
+		Names: cfg.Names, Policy: cfg.Policy, ExtraInputs: cfg.ExtraInputs,
 		MaxInFlight: cfg.MaxInFlight, MaxHeld: cfg.MaxHeld, RetryLateness: cfg.RetryLateness,
 		Prefetch: cfg.Prefetch, CommitInterval: cfg.CommitInterval, DrainTimeout: cfg.DrainTimeout,
 		StuckAfter: cfg.StuckAfter, JitterSpan: dcfg.JitterSpan, Now: cfg.Now,
-	}, log, h, stats, append(kopts[:len(kopts):len(kopts)], o.kopts...))
+		// kopts only, as the pacing exchange's client: the hooks added
+		// with WithClientOpts are the consumer client's.
+		ReaderOpts: kopts,
+		Verify:     func(r *kgo.Record) error { return signer.Verify(r, cfg.Now()) },
+	}, log, h, chooks, append(kopts[:len(kopts):len(kopts)], o.kopts...))
 	if err != nil {
 		return nil, err
 	}
@@ -263,6 +294,32 @@ func (p *Processor) Run(ctx context.Context) error {
 	cancel()
 	wg.Wait()
 	return err
+}
+
+// consumeHooks hands the consumer's observations to the processor's
+// counters and to the hooks that take them.
+type consumeHooks struct {
+	stats *deliver.Stats
+	more  []consume.Hooks
+}
+
+func (h consumeHooks) Skipped(why string, n int) {
+	h.stats.Skipped(n)
+	for _, m := range h.more {
+		m.Skipped(why, n)
+	}
+}
+
+func (h consumeHooks) CommitFailed(reason string, n int) {
+	for _, m := range h.more {
+		m.CommitFailed(reason, n)
+	}
+}
+
+func (h consumeHooks) Resumed(waited time.Duration) {
+	for _, m := range h.more {
+		m.Resumed(waited)
+	}
 }
 
 // defaultInstance names this process: host name, process id and a random

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"sync"
 	"testing"
@@ -52,6 +53,11 @@ type Options struct {
 	MoreSims []pushsim.Config
 	// Partitions of every topic; default 4.
 	Partitions int
+	// Brokers runs a cluster of this many brokers on loopback, each
+	// leading some partitions, with the embedded broker's group settings
+	// (broker.GroupConfigs); default 1, the embedded broker itself. Not
+	// with Virtual, KafkaTLS or SASL.
+	Brokers int
 	// Pipeline adjusts the processor's config.
 	Pipeline func(*pipeline.Config)
 	// NoProcessor starts only the broker and the simulator.
@@ -159,7 +165,18 @@ func Start(tb testing.TB, o Options) *Env {
 	if o.SASL != nil {
 		bc.Users = []broker.User{*o.SASL}
 	}
-	c, err := broker.Start(bc, e.log)
+	var c *kfake.Cluster
+	var err error
+	if o.Brokers > 1 {
+		if o.Virtual || o.KafkaTLS || o.SASL != nil {
+			tb.Fatal("testenv: Brokers > 1 runs plain brokers on loopback")
+		}
+		configs := maps.Clone(broker.GroupConfigs)
+		maps.Copy(configs, o.BrokerConfigs)
+		c, err = kfake.NewCluster(kfake.NumBrokers(o.Brokers), kfake.DefaultNumPartitions(o.Partitions), kfake.BrokerConfigs(configs))
+	} else {
+		c, err = broker.Start(bc, e.log)
+	}
 	if err != nil {
 		tb.Fatalf("start broker: %v", err)
 	}

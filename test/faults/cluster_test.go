@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tierpush/tierpush/internal/pushsim"
+	"github.com/tierpush/tierpush/internal/testenv"
 	"github.com/tierpush/tierpush/tiers"
 	"github.com/tierpush/tierpush/topology"
 )
@@ -275,6 +276,10 @@ type clusterOpts struct {
 	// dynamic: processors join without --instance-id, as by default, so a
 	// stopped one leaves the group and its partitions move at once.
 	dynamic bool
+	// subjects gives each processor process its own VAPID subject
+	// (mailto:<process name>@tierpush.test), so that the simulator's
+	// deliveries tell which process sent them (pushsim.Delivery.Subject).
+	subjects bool
 }
 
 // cluster is one scenario's world: a broker process with a data dir,
@@ -295,6 +300,7 @@ type cluster struct {
 	vapidPub, vapidPriv string
 	procArgs            []string
 	dynamic             bool // no --instance-id (clusterOpts.dynamic)
+	subjects            bool // a VAPID subject per process (clusterOpts.subjects)
 	http                *http.Client
 
 	mu      sync.Mutex
@@ -308,7 +314,7 @@ type cluster struct {
 
 func newCluster(ctx context.Context, t *testing.T, o clusterOpts) *cluster {
 	t.Helper()
-	c := &cluster{t: t, dir: t.TempDir(), procArgs: o.procArgs, dynamic: o.dynamic, http: &http.Client{Timeout: 2 * time.Second}}
+	c := &cluster{t: t, dir: t.TempDir(), procArgs: o.procArgs, dynamic: o.dynamic, subjects: o.subjects, http: &http.Client{Timeout: 2 * time.Second}}
 	c.logDir = c.dir
 	if d := os.Getenv("TIERPUSH_FAULTS_LOGS"); d != "" {
 		c.logDir = filepath.Join(d, strings.ReplaceAll(t.Name(), "/", "_"))
@@ -480,11 +486,19 @@ func (c *cluster) restartProc(i int) *proc {
 	// processor to open was taken meanwhile by an outgoing connection of
 	// a scenario running beside this one ("bind: address already in use").
 	httpAddr := fixedAddr(c.t)
+	c.mu.Lock()
+	gen := len(c.history[i])
+	c.mu.Unlock()
+	name := fmt.Sprintf("processor-%d.%d", i, gen)
+	subject := "mailto:ops@tierpush.test"
+	if c.subjects {
+		subject = subjectOf(name)
+	}
 	args := append([]string{"run",
 		"--brokers", c.brokerAddr,
 		"--http-addr", httpAddr,
 		"--allow-insecure-endpoint", c.simAddr,
-		"--vapid-public-key", c.vapidPub, "--vapid-private-key", c.vapidPriv, "--vapid-subject", "mailto:ops@tierpush.test",
+		"--vapid-public-key", c.vapidPub, "--vapid-private-key", c.vapidPriv, "--vapid-subject", subject,
 		"--hmac-key", hmacKey,
 		"--partitions", fmt.Sprint(partitions),
 		"--log-level", logLevel(),
@@ -494,10 +508,7 @@ func (c *cluster) restartProc(i int) *proc {
 	}
 	// Extra flags for a diagnostic run, e.g. TIERPUSH_FAULTS_PROCESSOR_ARGS="--pacing=false".
 	args = append(args, strings.Fields(os.Getenv("TIERPUSH_FAULTS_PROCESSOR_ARGS"))...)
-	c.mu.Lock()
-	gen := len(c.history[i])
-	c.mu.Unlock()
-	p := startProc(c.t, c.logDir, fmt.Sprintf("processor-%d.%d", i, gen), args...)
+	p := startProc(c.t, c.logDir, name, args...)
 	p.httpAddr = httpAddr
 	c.mu.Lock()
 	c.procs[i] = p
@@ -505,6 +516,10 @@ func (c *cluster) restartProc(i int) *proc {
 	c.mu.Unlock()
 	return p
 }
+
+// subjectOf is the VAPID subject of the process named name when each has
+// its own (clusterOpts.subjects).
+func subjectOf(name string) string { return "mailto:" + name + "@tierpush.test" }
 
 // waitReady waits until every p answers /readyz, failing the test at
 // once if one exits or ctx ends.
@@ -545,31 +560,16 @@ type groupMember struct {
 	partitions   int    // input partitions assigned to it
 }
 
-// describeGroup returns the group's state and members.
+// describeGroup returns the group's state and members, whichever protocol
+// its members speak.
 func (c *cluster) describeGroup(ctx context.Context) (string, []groupMember, error) {
-	gs, err := c.adm.DescribeGroups(ctx, group)
+	g, err := testenv.DescribeGroup(ctx, c.cl, group)
 	if err != nil {
 		return "", nil, err
 	}
-	g, ok := gs[group]
-	if !ok {
-		return "", nil, errors.New("group not described")
-	}
-	if g.Err != nil {
-		return "", nil, g.Err
-	}
 	var ms []groupMember
 	for _, m := range g.Members {
-		gm := groupMember{id: m.MemberID}
-		if m.InstanceID != nil {
-			gm.instance = *m.InstanceID
-		}
-		if a, ok := m.Assigned.AsConsumer(); ok {
-			for _, t := range a.Topics {
-				gm.partitions += len(t.Partitions)
-			}
-		}
-		ms = append(ms, gm)
+		ms = append(ms, groupMember{id: m.ID, instance: m.Instance, partitions: m.Partitions()})
 	}
 	return g.State, ms, nil
 }
@@ -632,31 +632,40 @@ func (c *cluster) waitStable(ctx context.Context, n int, gone ...string) error {
 }
 
 // lagged returns the input partitions (tier and retry topics) whose
-// committed offset is behind their end.
+// committed offset is behind their end (where nothing is committed, the
+// log's start is).
 func (c *cluster) lagged(ctx context.Context) ([]string, error) {
-	lags, err := c.adm.Lag(ctx, group)
+	topics := names.Inputs(&policy)
+	committed, err := c.adm.FetchOffsetsForTopics(ctx, group, topics...)
 	if err != nil {
 		return nil, err
 	}
-	l, ok := lags[group]
-	if !ok {
-		return nil, errors.New("no lag for the group")
+	starts, err := c.adm.ListStartOffsets(ctx, topics...)
+	if err != nil {
+		return nil, err
 	}
-	if err := l.Error(); err != nil {
+	ends, err := c.adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, topic := range names.Inputs(&policy) {
-		for p, ml := range l.Lag[topic] {
-			if ml.Err != nil {
-				out = append(out, fmt.Sprintf("%s/%d: %v", topic, p, ml.Err))
-				continue
-			}
-			if ml.Lag > 0 {
-				out = append(out, fmt.Sprintf("%s/%d: lag %d", topic, p, ml.Lag))
-			}
+	ends.Each(func(e kadm.ListedOffset) {
+		if e.Err != nil {
+			out = append(out, fmt.Sprintf("%s/%d: %v", e.Topic, e.Partition, e.Err))
+			return
 		}
-	}
+		from := int64(0)
+		if s, ok := starts.Lookup(e.Topic, e.Partition); ok && s.Err == nil {
+			from = s.Offset
+		}
+		if r, ok := committed.Lookup(e.Topic, e.Partition); ok && r.Err == nil && r.At >= 0 {
+			from = r.At
+		}
+		if lag := e.Offset - from; lag > 0 {
+			out = append(out, fmt.Sprintf("%s/%d: lag %d", e.Topic, e.Partition, lag))
+		}
+	})
+	slices.Sort(out)
 	return out, nil
 }
 

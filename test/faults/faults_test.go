@@ -85,6 +85,10 @@ func TestFaults(t *testing.T) {
 		{"5-scale-out", scenarioScaleOut},
 		{"7-handoff-under-load", scenarioHandoffUnderLoad},
 		{"8-timed-out-send", scenarioTimedOutSend},
+		// Recovery times and sends in the air are judged against the
+		// clock: alone.
+		{"9-crash-recovery-classic", scenarioCrashRecovery("classic")},
+		{"9-crash-recovery-consumer", scenarioCrashRecovery("consumer")},
 	}
 	together := []scenario{
 		{"1-processor-sigkill", scenarioCrashes},

@@ -13,6 +13,9 @@ brokers:
 {{- end }}
 group: {{ .Values.kafka.group | quote }}
 topic-prefix: {{ .Values.kafka.topicPrefix | quote }}
+group-protocol: {{ .Values.kafka.groupProtocol | quote }}
+session-timeout: {{ .Values.kafka.sessionTimeout | quote }}
+heartbeat-interval: {{ .Values.kafka.heartbeatInterval | quote }}
 partitions: {{ .Values.topics.partitions | quote }}
 replication-factor: {{ .Values.topics.replicationFactor | quote }}
 retention: {{ .Values.topics.retention | quote }}
@@ -42,7 +45,6 @@ tiers:
     weight: {{ $l.weight }}
 {{- end }}
 pacing:
-  window: {{ .Values.pacing.window | quote }}
   cut_rate: {{ .Values.pacing.cut429Rate }}
   halt_rate: {{ .Values.pacing.halt429Rate }}
   max_concurrency: {{ .Values.pacing.maxConcurrency }}
