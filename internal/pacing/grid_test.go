@@ -16,7 +16,7 @@ import (
 
 var (
 	gridReport = flag.String("grid.report", "", "write the grid's table (markdown) to this file")
-	gridRun    = flag.String("grid.cells", "", "run only the cells whose name contains this")
+	gridRun    = flag.String("grid.cells", "", "run only the cells whose name contains one of these (comma-separated)")
 )
 
 type cell struct {
@@ -136,10 +136,13 @@ func busyCPU(rng *rand.Rand) time.Duration {
 }
 
 func runCells(t *testing.T, cells []cell) {
+	if raceOn {
+		t.Skip("minutes with the race detector: make test runs a few cells without it, make test-all the grid")
+	}
 	var table strings.Builder
 	table.WriteString("| cell | 429 share | goodput | busiest second | p99 wait | timeouts |\n|---|---|---|---|---|---|\n")
 	for _, c := range cells {
-		if *gridRun != "" && !strings.Contains(c.name, *gridRun) {
+		if !selected(c.name) {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
@@ -152,8 +155,15 @@ func runCells(t *testing.T, cells []cell) {
 				}
 				t.Logf("events:\n%s", strings.Join(s.log, "\n"))
 			}
-			for _, f := range v.fails {
-				t.Error(f)
+			switch known := shortfalls[c.name]; {
+			case known != "" && len(v.fails) > 0:
+				t.Logf("a known shortfall (docs/pacing.md): %s", strings.Join(v.fails, "; "))
+			case known != "":
+				t.Logf("listed as a shortfall (%s) but meets its bars now: take it off the list", known)
+			default:
+				for _, f := range v.fails {
+					t.Error(f)
+				}
 			}
 		})
 	}
@@ -165,6 +175,19 @@ func runCells(t *testing.T, cells []cell) {
 }
 
 const ms = time.Millisecond
+
+// selected tells whether -grid.cells names the cell.
+func selected(name string) bool {
+	if *gridRun == "" {
+		return true
+	}
+	for _, part := range strings.Split(*gridRun, ",") {
+		if strings.Contains(name, part) {
+			return true
+		}
+	}
+	return false
+}
 
 func bucketCells(limits []float64, lats []time.Duration, procs []int, burst float64, perSecond bool, minGoodput float64) []cell {
 	var cells []cell
@@ -185,20 +208,6 @@ func bucketCells(limits []float64, lats []time.Duration, procs []int, burst floa
 		}
 	}
 	return cells
-}
-
-func init() {
-	if v := os.Getenv("CAPF"); v != "" {
-		fmt.Sscan(v, &capFactor)
-	}
-	debugB = os.Getenv("DEBUGB") != ""
-	noHalt = os.Getenv("NOHALT") != ""
-	if v := os.Getenv("TENTHS"); v != "" {
-		fmt.Sscan(v, &readTenths)
-	}
-	if v := os.Getenv("GROW"); v != "" {
-		growDouble, _ = time.ParseDuration(v)
-	}
 }
 
 func TestGrid(t *testing.T) {
@@ -271,7 +280,7 @@ func TestGridMembership(t *testing.T) {
 	for _, limit := range []float64{100, 500, 3000} {
 		for _, graceful := range []bool{false, true} {
 			name := fmt.Sprintf("limit=%v/latency=50ms/leave=%s", limit, map[bool]string{false: "crash", true: "graceful"}[graceful])
-			if *gridRun != "" && !strings.Contains(name, *gridRun) {
+			if !selected(name) {
 				continue
 			}
 			t.Run(name, func(t *testing.T) {

@@ -62,9 +62,9 @@ func (m *meter) rates(now time.Time) (sent, accepted, throttled float64) {
 	return float64(s) / secs, float64(a) / secs, float64(k) / secs
 }
 
-const readAnswers = 50
-
-var readTenths = 10
+// A reading spans readTenths tenths of sending, more until readAnswers
+// answers are in.
+const readAnswers, readTenths = 50, 10
 
 // recent is the 429 share of the newest tenths holding min answers or
 // more, up to a second of them.

@@ -1,5 +1,5 @@
 //go:build !race
 
-package pacing_test
+package pacing
 
 const raceOn = false

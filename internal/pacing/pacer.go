@@ -146,8 +146,21 @@ func (p *Pacer) Acquire(ctx context.Context, req Request) (*Slot, time.Time) {
 	}
 	now := p.now()
 	if until, ok := p.subs.Get(req.Sub); ok {
-		if now.Before(until) {
+		// A subscription a 429 paused waits it out in memory when that
+		// is within its Hold, on the ladder when longer.
+		if wait := until.Sub(now); wait > (&waiter{req: req}).hold() {
 			return nil, until
+		} else if wait > 0 {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return nil, time.Time{}
+			case <-p.stopping:
+				return nil, time.Time{}
+			}
+			now = p.now()
 		}
 		p.subs.Remove(req.Sub)
 	}

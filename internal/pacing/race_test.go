@@ -1,6 +1,6 @@
 //go:build race
 
-package pacing_test
+package pacing
 
 // raceOn: the race detector slows the grid tenfold; make test runs it apart,
 // without the detector.

@@ -31,12 +31,11 @@ import (
 // enough of them. Before any cut (slow start), p0 = CutRate and p1 =
 // HaltRate: slow start, which doubles every round trip, ends on the burst
 // of 429s its overshoot earns, not on devices' throttling.
-var capFactor = 2.0
-var debugB = false
-var noHalt = false
-var growDouble = 9 * time.Second
-
 const (
+	// capFactor: E is at most this many times what the group accepted.
+	capFactor = 2.0
+	// growDouble: E reaches twice W this long after a cut.
+	growDouble = 9 * time.Second
 	cusumH     = 4.0
 	epochsKept = 4
 	bMargin    = 0.01

@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"time"
 
@@ -42,6 +41,10 @@ type service struct {
 	latency   time.Duration
 	random429 float64
 	device429 float64
+
+	// tape, if set, records every answer, or replays the answers it
+	// holds in order instead of the model's (replay_test.go).
+	tape *tape
 
 	tokens float64
 	last   time.Time
@@ -87,6 +90,14 @@ func cmp0(v, def float64) float64 {
 // serve answers a request sent at now: the answer, when it comes back,
 // and how long it waited for a worker.
 func (o *service) serve(now time.Time, rng *rand.Rand) (r push.Result, latency, wait time.Duration) {
+	if o.tape != nil && o.tape.replay {
+		return o.tape.next()
+	}
+	defer func() {
+		if o.tape != nil {
+			o.tape.add(r, latency, wait)
+		}
+	}()
 	d := o.latency + time.Duration(rng.Int64N(int64(o.latency)/5+1))
 	start := now
 	if o.workers > 0 {
@@ -133,9 +144,6 @@ type sim struct {
 
 func newSim(seed uint64, svc *service, seconds int) *sim {
 	cfg := DefaultConfig()
-	if v := os.Getenv("BETA"); v != "" {
-		fmt.Sscan(v, &cfg.CutFactor)
-	}
 	return &sim{now: simStart, rng: rand.New(rand.NewPCG(seed, 7)), svc: svc, cfg: cfg, secs: make([]simSecond, seconds+1), warmup: 10 * time.Second}
 }
 
