@@ -253,18 +253,10 @@ func (l *lane) accepted(now time.Time) float64 {
 // HaltRate.
 func (l *lane) cut(now time.Time, fx *effects) {
 	k, n := l.rate.k, l.rate.n
-	accepted := l.accepted(now)
-	halt := n >= l.cfg.MinSamples && lowerBound(k, n) > l.cfg.HaltRate
-	if e, _ := l.estimate(now); halt && l.rate.known && now.Before(l.meter.resumed().Add(time.Second)) {
-		// A halt again, right after one: sending at E, the origin took
-		// 1 − k/n of it, its rate; what was read, reaching back before
-		// the halt, says more.
-		accepted = min(accepted, e*(1-float64(k)/float64(n)))
-	}
-	l.rate.cut(now, accepted)
+	l.rate.cut(now, l.accepted(now))
 	e, _ := l.estimate(now)
 	fx.events = append(fx.events, Event{At: now, Origin: l.origin, Kind: "cut", Limit: l.flow.limit, Rate: float64(k) / float64(n), Estimate: e, Accepted: l.rate.w})
-	if halt {
+	if n >= l.cfg.MinSamples && lowerBound(k, n) > l.cfg.HaltRate {
 		l.br.open(now, max(l.cfg.DefaultPause, l.retryAfter))
 		l.changed(Open, now, false, fx)
 	} else {
