@@ -51,16 +51,15 @@ test-side:
 vet:
 	$(TIMED) $(GO) vet ./...
 
-# The small pacing grid of `make test`: PACING_SMALL's cells of the model
-# grid (500 req/s at 50 ms, one processor and three, judged on the median
-# of three draws, whose worst draws stay far inside the bars: 1.9% 429s,
-# 100% goodput), tier 1 ahead of a flood at 5-50 ms per push, devices'
-# 429s that must not make pacing the bound, and a healthy origin beside a
-# failing one through Kafka. Without the race detector, which slows them
-# five- to tenfold.
-PACING_SMALL ?= ^TestGrid$$/^limit=500$$/^latency=50ms$$/
+# The small pacing part of `make test`, without the race detector, which
+# slows it five- to tenfold: the replay (recorded answers in, decisions
+# out), a token bucket at 500/s and 50 ms and a pool of 64 workers at
+# 300 ms, one processor and three, on the simulator (PACING_CELLS); tier 1
+# ahead of a flood at 5-50 ms per push, and a healthy origin beside a
+# failing one and devices' 429s through Kafka.
+PACING_CELLS ?= bucket/limit=500/latency=50ms/,workers=64/latency=300ms/
 test-pacing-small:
-	$(TIMED)-grid $(GO) test -count=1 -timeout 10m -run '$(PACING_SMALL)' ./internal/pacing
+	$(TIMED)-grid $(GO) test -count=1 -timeout 10m -run '^(TestReplay|TestGrid|TestGridQueueing)$$' ./internal/pacing -args -grid.cells '$(PACING_CELLS)'
 	$(TIMED)-flood $(GO) test -count=1 -timeout 10m -run '^TestTier1BehindFlood$$/_(5|20|50)ms$$' ./internal/pipeline
 	$(TIMED)-origins $(GO) test -count=1 -timeout 10m -run '^(TestBreaker|TestPerDeviceThrottling)$$' ./internal/pipeline
 
@@ -82,17 +81,15 @@ LONG_TESTS ?= ^(TestRollingRestartUnderLoad|TestTier1DuringTier3Flood|TestPacing
 test-long:
 	TIERPUSH_TEST_ALL=1 $(GO) test -count=1 -timeout 30m -run '$(LONG_TESTS)' ./internal/pipeline
 
-# The pacing grid (internal/pacing TestGrid): limits 20-3,000 req/s x
-# latencies 5-250 ms x 1 and 3 processors, and a limit that halves or
-# doubles, on a fake clock; the same against origins that allow little
-# burst (TestGridStrictOrigin: a twentieth of a second, a count per whole
-# second), and an origin that throttles 5% of devices
-# (TestGridDeviceThrottling); its cells through Kafka and the simulator, and
-# every cell of tier 1 ahead of a flood (internal/pipeline). Without the
-# race detector. GRID_REPORT=docs/img writes the grid's table and chart.
+# The pacing grid (docs/pacing.md): every cell of internal/pacing's grid
+# on the simulator (token buckets, worker pools that queue, strict and
+# per-second origins, devices' throttling, limits that change, processors
+# that join and leave), then its cells through Kafka and the simulator and
+# every case of tier 1 ahead of a flood (internal/pipeline). Without the
+# race detector. GRID_REPORT=docs/grid rewrites the grid's tables there.
 test-pacing-grid:
-	$(GO) test -count=1 -timeout 15m -run '^(TestPacingGridKafka|TestTier1BehindFlood)$$' ./internal/pipeline
-	$(GO) test -count=1 -timeout 40m -run '^(TestGrid|TestGridStrictOrigin|TestGridDeviceThrottling)$$' ./internal/pacing $(if $(GRID_REPORT),-v -args -grid.report $(abspath $(GRID_REPORT)))
+	$(GO) test -count=1 -timeout 20m -run '^(TestGrid|TestGridQueueing|TestGridStrict|TestGridDevices|TestGridChanges|TestGridMembership)$$' ./internal/pacing $(if $(GRID_REPORT),-args -grid.report $(abspath $(GRID_REPORT)))
+	$(GO) test -count=1 -timeout 20m -run '^(TestPacingGridKafka|TestQueueingServiceKafka|TestTier1BehindFlood)$$' ./internal/pipeline
 
 # Offline checks of the Dockerfile, docker-compose.yml and the Helm chart
 # (a separate module: Helm, client-go and compose-go stay out of this one).
