@@ -72,12 +72,13 @@ test-all: test test-rest
 test-rest: test-long test-pacing-grid test-faults test-examples test-jaeger lint-ci
 
 # The tests that skip themselves in `make test` (testenv.Long): a rolling
-# restart under load, 20,000 tier-3 events beside tier 1, a limited origin
+# restart under load and one against a service that queues on a busy CPU,
+# 20,000 tier-3 events beside tier 1, a limited origin
 # offered four times its limit. LONG_TESTS names them so the rest of their
 # package does not run twice. Without the race detector, which made them 8
 # of the pipeline package's 11 minutes; the race suite runs the same code
 # paths in its shorter tests.
-LONG_TESTS ?= ^(TestRollingRestartUnderLoad|TestTier1DuringTier3Flood|TestPacingRateLimitedOrigin)$$
+LONG_TESTS ?= ^(TestRollingRestartUnderLoad|TestRollingRestartQueueing|TestTier1DuringTier3Flood|TestPacingRateLimitedOrigin)$$
 test-long:
 	TIERPUSH_TEST_ALL=1 $(GO) test -count=1 -timeout 30m -run '$(LONG_TESTS)' ./internal/pipeline
 
