@@ -119,7 +119,8 @@ func (b *bench) configArgs() []string {
 	return []string{"--config", b.cfg.Config}
 }
 
-func (b *bench) runScenario(ctx context.Context, sc scenario) (*Result, error) {
+// runScenario runs sc once; run counts its runs from 1 (--runs).
+func (b *bench) runScenario(ctx context.Context, sc scenario, run int) (*Result, error) {
 	// --timeout bounds the wait for outcomes; the rest (set-up, reading
 	// the retry topics, the ceiling) gets a few minutes more.
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout+5*time.Minute)
@@ -132,7 +133,11 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) (*Result, error) {
 	if b.cfg.Tag != "" {
 		r.res.Name = sc.Name + "-" + b.cfg.Tag
 	}
-	b.logf("scenario %s: %s; %d events; load %s", sc.Name, sc.Title, sc.Events, r.res.LoadBefore)
+	if b.cfg.Runs > 1 {
+		r.res.Run = run
+		r.res.Name += fmt.Sprintf("-%d", run)
+	}
+	b.logf("scenario %s: %s; %d events; load %s", r.res.Name, sc.Title, sc.Events, r.res.LoadBefore)
 
 	// The push simulator, in this process.
 	simCfg := pushsim.DefaultConfig()
@@ -368,6 +373,13 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 	}
 	bcpu0, self0 := brokerCPU(), selfCPUSeconds()
 
+	var profiled chan struct{}
+	if b.cfg.Profile != "" && !sc.HoldRSS {
+		// The whole run, from before the first produce: a short run ends
+		// inside the profile, whose rest is idle and adds no samples.
+		profiled = make(chan struct{})
+		go func() { defer close(profiled); b.profile(ctx, r, "profile", b.cfg.ProfileSeconds) }()
+	}
 	start := time.Now()
 	prodErr := make(chan error, 1)
 	go func() {
@@ -398,7 +410,6 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 	}
 	wait := time.NewTimer(b.cfg.Timeout)
 	defer wait.Stop()
-	var profiled chan struct{}
 	var held *holdState
 	if sc.HoldRSS {
 		held = &holdState{}
@@ -444,10 +455,6 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 			r.mu.Lock()
 			r.timeline = append(r.timeline, s)
 			r.mu.Unlock()
-			if b.cfg.Profile != "" && profiled == nil && !sc.HoldRSS && r.outs.total.Load() >= int64(sc.Events/10) {
-				profiled = make(chan struct{})
-				go func() { defer close(profiled); b.profile(ctx, r, "profile", 10) }()
-			}
 		case <-r.outs.done:
 			done = true
 		}
