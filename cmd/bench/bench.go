@@ -372,6 +372,7 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 		return s
 	}
 	bcpu0, self0 := brokerCPU(), selfCPUSeconds()
+	sysr0, sysw0, _ := syscalls(pid)
 
 	var profiled chan struct{}
 	if b.cfg.Profile != "" && !sc.HoldRSS {
@@ -467,6 +468,7 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 	}
 	cpu1, _ := cpuSeconds(pid)
 	bcpu1, self1 := brokerCPU(), selfCPUSeconds()
+	sysr1, sysw1, _ := syscalls(pid)
 	_, peak, _ := memory(pid)
 	after, err := scrape(ctx, r.metrics)
 	if err != nil {
@@ -501,6 +503,7 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 	res.CPUCores = (cpu1 - cpu0) / res.Seconds
 	res.PeakRSSMB = float64(peak) / (1 << 20)
 	res.AllocsPerEvent = (after.sum("go_memstats_mallocs_total", nil) - before.sum("go_memstats_mallocs_total", nil)) / n
+	res.ReadSyscallsPerEvent, res.WriteSyscallsPerEvent = float64(sysr1-sysr0)/n, float64(sysw1-sysw0)/n
 	res.GCCycles = after.sum("go_gc_duration_seconds_count", nil) - before.sum("go_gc_duration_seconds_count", nil)
 	res.LatenessMetric = latenessFromMetric(before, after)
 	st := r.sim.Stats()

@@ -55,7 +55,11 @@ type Result struct {
 	BenchCPUSecPer1k  float64 `json:"bench_cpu_sec_per_1000"` // simulator, producer, outcome reader
 	PeakRSSMB         float64 `json:"peak_rss_mb"`            // the processor's VmHWM
 	AllocsPerEvent    float64 `json:"allocs_per_event"`
-	GCCycles          float64 `json:"gc_cycles"`
+	// The processor's read and write system calls per event (sockets
+	// to the broker and the push service, the log).
+	ReadSyscallsPerEvent  float64 `json:"read_syscalls_per_event"`
+	WriteSyscallsPerEvent float64 `json:"write_syscalls_per_event"`
+	GCCycles              float64 `json:"gc_cycles"`
 
 	Outcomes   map[string]int `json:"outcomes"` // outcome/reason
 	Duplicates int64          `json:"duplicate_outcomes"`
