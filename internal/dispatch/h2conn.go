@@ -82,10 +82,11 @@ const (
 	// connection; one idle this long is closed.
 	h2WriteTimeout = 10 * time.Second
 	h2IdleTimeout  = 90 * time.Second
-	// h2KeepBuffer bounds the writer's buffers kept between writes: 768
-	// sends in flight queue 3.3 MB at once, and a buffer regrown for
-	// every burst was 3% of the processor's CPU.
-	h2KeepBuffer = 4 << 20
+	// h2KeepBuffer bounds the writer's two buffers kept between writes:
+	// 768 sends in flight queue 3.3 MB at once, which append grows to
+	// 4-7 MB, and a buffer dropped and regrown for every burst was 17% of
+	// the bytes the processor allocated.
+	h2KeepBuffer = 8 << 20
 )
 
 // errUnprocessed: the push service did not process the request (a GOAWAY
