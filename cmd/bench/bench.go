@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -380,6 +381,10 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 		// inside the profile, whose rest is idle and adds no samples.
 		profiled = make(chan struct{})
 		go func() { defer close(profiled); b.profile(ctx, r, "profile", b.cfg.ProfileSeconds) }()
+		// And this process over the same span: the simulator, the
+		// producer and the outcome reader share the cores.
+		stop := b.profileSelf(r)
+		defer stop()
 	}
 	start := time.Now()
 	prodErr := make(chan error, 1)
@@ -731,6 +736,34 @@ func waitReady(ctx context.Context, url string, proc *child) error {
 			return fmt.Errorf("processor not ready after 90s\n%s", tail(proc.log, 20))
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// profileSelf starts a CPU profile of the bench process into
+// <name>-bench-cpu.pprof; the function returned stops it.
+func (b *bench) profileSelf(r *scenarioRun) func() {
+	path := filepath.Join(b.cfg.Profile, r.res.Name+"-bench-cpu.pprof")
+	f, err := func() (*os.File, error) {
+		if err := os.MkdirAll(b.cfg.Profile, 0o755); err != nil {
+			return nil, err
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			return nil, err
+		}
+		return f, pprof.StartCPUProfile(f)
+	}()
+	if err != nil {
+		b.logf("scenario %s: bench profile: %v", r.sc.Name, err)
+		if f != nil {
+			f.Close()
+		}
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		b.logf("scenario %s: wrote %s", r.sc.Name, path)
 	}
 }
 
