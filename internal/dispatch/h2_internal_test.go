@@ -244,3 +244,38 @@ func TestH2SendWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHeaderFieldsValues: the value slices that share one backing array
+// stay apart; a repeated field keeps its values in order, and appending
+// to one field's slice does not change another's.
+func TestHeaderFieldsValues(t *testing.T) {
+	var h headerFields
+	for _, f := range []hpack.HeaderField{
+		{Name: ":status", Value: "201"},
+		{Name: "location", Value: "/m/1"},
+		{Name: "ttl", Value: "60"},
+		{Name: "x-extra", Value: "a"},
+		{Name: "date", Value: "d"},
+		{Name: "x-extra", Value: "b"},
+		{Name: "content-length", Value: "0"},
+		{Name: "retry-after", Value: "5"},
+	} {
+		h.add(f)
+	}
+	if h.invalid || h.over || h.status != "201" {
+		t.Fatalf("status %q, invalid %v, over %v", h.status, h.invalid, h.over)
+	}
+	_ = append(h.header["Location"], "clobber")
+	want := map[string][]string{
+		"Location": {"/m/1"}, "Ttl": {"60"}, "X-Extra": {"a", "b"}, "Date": {"d"},
+		"Content-Length": {"0"}, "Retry-After": {"5"},
+	}
+	if len(h.header) != len(want) {
+		t.Fatalf("header %v, want %v", h.header, want)
+	}
+	for k, vs := range want {
+		if strings.Join(h.header[k], ",") != strings.Join(vs, ",") {
+			t.Errorf("%s: %q, want %q", k, h.header[k], vs)
+		}
+	}
+}

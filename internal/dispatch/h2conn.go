@@ -94,7 +94,10 @@ const (
 // request was queued); it may be sent again on another connection.
 var errUnprocessed = errors.New("http2: request not processed by the push service")
 
-var errConnClosed = errors.New("http2: connection closed")
+var (
+	errConnClosed   = errors.New("http2: connection closed")
+	errStreamsTaken = errors.New("http2: every stream taken")
+)
 
 // dialH2 opens a TLS connection to addr and, if the service chose HTTP/2,
 // returns it as an h2conn; nil without error when it chose HTTP/1.1.
@@ -193,7 +196,7 @@ func (c *h2conn) Reserve() error {
 		return c.broken
 	}
 	if len(c.streams)+c.reserved >= c.maxStreams {
-		return errors.New("http2: every stream taken")
+		return errStreamsTaken
 	}
 	c.reserved++
 	return nil

@@ -111,8 +111,11 @@ func (h *headerBlock) Write(p []byte) (int, error) {
 // headerFields collects the fields of one response header block as the
 // read loop's hpack.Decoder emits them, within MaxResponseHeaderBytes.
 type headerFields struct {
-	status    string
-	header    http.Header
+	status string
+	header http.Header
+	// values backs the header's value slices: one allocation for an
+	// answer's few fields, not one each.
+	values    []string
 	size      int
 	invalid   bool // a pseudo-header other than :status, or one after a field
 	over      bool // past MaxResponseHeaderBytes
@@ -135,9 +138,15 @@ func (h *headerFields) add(f hpack.HeaderField) {
 	}
 	if h.header == nil {
 		h.header = make(http.Header, 4)
+		h.values = make([]string, 0, 4)
 	}
 	k := canonicalResponseHeader(f.Name)
-	h.header[k] = append(h.header[k], f.Value)
+	if vs, ok := h.header[k]; ok {
+		h.header[k] = append(vs, f.Value) // a repeated field: a slice of its own
+		return
+	}
+	h.values = append(h.values, f.Value)
+	h.header[k] = h.values[len(h.values)-1 : len(h.values) : len(h.values)]
 }
 
 // canonicalResponseHeader is the http.Header key of a lower-case HTTP/2
@@ -155,6 +164,8 @@ func canonicalResponseHeader(name string) string {
 		return "Location"
 	case "retry-after":
 		return "Retry-After"
+	case "ttl":
+		return "Ttl"
 	case "x-wns-status":
 		return "X-Wns-Status"
 	}
