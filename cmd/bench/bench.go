@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,7 +120,8 @@ func (b *bench) configArgs() []string {
 	return []string{"--config", b.cfg.Config}
 }
 
-func (b *bench) runScenario(ctx context.Context, sc scenario) (*Result, error) {
+// runScenario runs sc once; run counts its runs from 1 (--runs).
+func (b *bench) runScenario(ctx context.Context, sc scenario, run int) (*Result, error) {
 	// --timeout bounds the wait for outcomes; the rest (set-up, reading
 	// the retry topics, the ceiling) gets a few minutes more.
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout+5*time.Minute)
@@ -132,7 +134,11 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) (*Result, error) {
 	if b.cfg.Tag != "" {
 		r.res.Name = sc.Name + "-" + b.cfg.Tag
 	}
-	b.logf("scenario %s: %s; %d events; load %s", sc.Name, sc.Title, sc.Events, r.res.LoadBefore)
+	if b.cfg.Runs > 1 {
+		r.res.Run = run
+		r.res.Name += fmt.Sprintf("-%d", run)
+	}
+	b.logf("scenario %s: %s; %d events; load %s", r.res.Name, sc.Title, sc.Events, r.res.LoadBefore)
 
 	// The push simulator, in this process.
 	simCfg := pushsim.DefaultConfig()
@@ -367,7 +373,19 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 		return s
 	}
 	bcpu0, self0 := brokerCPU(), selfCPUSeconds()
+	sysr0, sysw0, _ := syscalls(pid)
 
+	var profiled chan struct{}
+	if b.cfg.Profile != "" && !sc.HoldRSS {
+		// The whole run, from before the first produce: a short run ends
+		// inside the profile, whose rest is idle and adds no samples.
+		profiled = make(chan struct{})
+		go func() { defer close(profiled); b.profile(ctx, r, "profile", b.cfg.ProfileSeconds) }()
+		// And this process over the same span: the simulator, the
+		// producer and the outcome reader share the cores.
+		stop := b.profileSelf(r)
+		defer stop()
+	}
 	start := time.Now()
 	prodErr := make(chan error, 1)
 	go func() {
@@ -398,7 +416,6 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 	}
 	wait := time.NewTimer(b.cfg.Timeout)
 	defer wait.Stop()
-	var profiled chan struct{}
 	var held *holdState
 	if sc.HoldRSS {
 		held = &holdState{}
@@ -444,10 +461,6 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 			r.mu.Lock()
 			r.timeline = append(r.timeline, s)
 			r.mu.Unlock()
-			if b.cfg.Profile != "" && profiled == nil && !sc.HoldRSS && r.outs.total.Load() >= int64(sc.Events/10) {
-				profiled = make(chan struct{})
-				go func() { defer close(profiled); b.profile(ctx, r, "profile", 10) }()
-			}
 		case <-r.outs.done:
 			done = true
 		}
@@ -460,6 +473,7 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 	}
 	cpu1, _ := cpuSeconds(pid)
 	bcpu1, self1 := brokerCPU(), selfCPUSeconds()
+	sysr1, sysw1, _ := syscalls(pid)
 	_, peak, _ := memory(pid)
 	after, err := scrape(ctx, r.metrics)
 	if err != nil {
@@ -494,6 +508,7 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 	res.CPUCores = (cpu1 - cpu0) / res.Seconds
 	res.PeakRSSMB = float64(peak) / (1 << 20)
 	res.AllocsPerEvent = (after.sum("go_memstats_mallocs_total", nil) - before.sum("go_memstats_mallocs_total", nil)) / n
+	res.ReadSyscallsPerEvent, res.WriteSyscallsPerEvent = float64(sysr1-sysr0)/n, float64(sysw1-sysw0)/n
 	res.GCCycles = after.sum("go_gc_duration_seconds_count", nil) - before.sum("go_gc_duration_seconds_count", nil)
 	res.LatenessMetric = latenessFromMetric(before, after)
 	st := r.sim.Stats()
@@ -721,6 +736,34 @@ func waitReady(ctx context.Context, url string, proc *child) error {
 			return fmt.Errorf("processor not ready after 90s\n%s", tail(proc.log, 20))
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// profileSelf starts a CPU profile of the bench process into
+// <name>-bench-cpu.pprof; the function returned stops it.
+func (b *bench) profileSelf(r *scenarioRun) func() {
+	path := filepath.Join(b.cfg.Profile, r.res.Name+"-bench-cpu.pprof")
+	f, err := func() (*os.File, error) {
+		if err := os.MkdirAll(b.cfg.Profile, 0o755); err != nil {
+			return nil, err
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			return nil, err
+		}
+		return f, pprof.StartCPUProfile(f)
+	}()
+	if err != nil {
+		b.logf("scenario %s: bench profile: %v", r.sc.Name, err)
+		if f != nil {
+			f.Close()
+		}
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		b.logf("scenario %s: wrote %s", r.sc.Name, path)
 	}
 }
 

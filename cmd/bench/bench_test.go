@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -217,5 +218,57 @@ func TestWriteSection(t *testing.T) {
 	}
 	if err := writeSection(path, "all", []byte("x")); err == nil {
 		t.Error("a file without the section's markers was written")
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 4, 2, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	} {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+// TestWriteMedians: the medians table takes the ratios within each run and
+// judges the targets on their medians.
+func TestWriteMedians(t *testing.T) {
+	var runs []*Result
+	for i, v := range []struct{ eps, loop, peer, cpu float64 }{
+		{6000, 4000, 800, 0.14}, {5000, 4000, 1000, 0.16}, {7000, 4000, 900, 0.12},
+	} {
+		runs = append(runs, &Result{Scenario: "a", Name: fmt.Sprintf("a-%d", i+1), Run: i + 1, Events: 30000, LoadBefore: "0.50 0.40 0.30",
+			EventsPerSec: v.eps, CPUSecPer1k: v.cpu, AllocsPerEvent: 80, Outcomes: map[string]int{"delivered/delivered": 30000},
+			Ceiling: &ceilingResult{EventsPerSec: v.loop, Concurrency: 64}, Ratio: v.eps / v.loop,
+			Peer: &peerResult{EventsPerSec: v.peer}, PeerRatio: v.eps / v.peer, BodiesVerified: 600})
+	}
+	var b strings.Builder
+	writeMedians(&b, [][]*Result{runs})
+	out := b.String()
+	for _, want := range []string{
+		"| a (30000 events, 64 senders) | **6000** (6000, 5000, 7000) | **4000** (4000, 4000, 4000) | **1.50×** (1.50×, 1.25×, 1.75×) |",
+		"**7.50×** (7.50×, 5.00×, 7.78×)",
+		"**0.140** (0.140, 0.160, 0.120)",
+		"90000 of 90000 events reached one outcome, 0 duplicates; 1800 of 1800 sampled bodies",
+		"- ≥ 1.5× the loop: median 1.50× ✅",
+		"- ≥ 7× BullMQ + web-push: median 7.50× ✅",
+		"- ≤ 0.15 processor CPU s per 1,000 events: median 0.140 ✅",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("writeMedians() lacks %q:\n%s", want, out)
+		}
+	}
+	// One run: no medians.
+	b.Reset()
+	writeMedians(&b, [][]*Result{runs[:1]})
+	if b.Len() > 0 {
+		t.Errorf("writeMedians() of one run = %q, want nothing", b.String())
 	}
 }

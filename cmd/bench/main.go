@@ -53,7 +53,13 @@ type config struct {
 	Charts      string
 	Processor   string
 	Profile     string
-	DEvents     int
+	// ProfileSeconds is how long the CPU profile of --profile lasts, from
+	// the first produce.
+	ProfileSeconds int
+	// Runs is how many times each scenario runs; with more than one the
+	// tables give each figure's median beside every run's value.
+	Runs    int
+	DEvents int
 	// DX shapes scenario dx, a rate-limited origin of the user's own.
 	DX          originShape
 	RSSEvents   int
@@ -111,6 +117,8 @@ func defaultConfig() config {
 		PeerDir:        ".cache/bench-peer",
 		Timeout:        6 * time.Minute,
 		Policy:         tiers.DefaultPolicy(),
+		ProfileSeconds: 10,
+		Runs:           1,
 	}
 }
 
@@ -129,6 +137,8 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Charts, "charts", c.Charts, "directory of the SVG charts (empty: none)")
 	fs.StringVar(&c.Processor, "processor", c.Processor, "processor binary (default: go build ./cmd/processor into a temp dir)")
 	fs.StringVar(&c.Profile, "profile", c.Profile, "directory for CPU and heap profiles of the processor (adds profiling overhead; empty: none)")
+	fs.IntVar(&c.ProfileSeconds, "profile-seconds", c.ProfileSeconds, "length of the CPU profile of --profile, from the first produce")
+	fs.IntVar(&c.Runs, "runs", c.Runs, "runs of each scenario, one after another; with more than one the tables give each figure's median and every run's value")
 	fs.IntVar(&c.DEvents, "d-events", c.DEvents, "events of scenario d, offered at 2,000/s")
 	fs.Float64Var(&c.DX.Limit, "dx-limit", c.DX.Limit, "scenario dx: the origin's limit, requests/s (one second of burst, 429 with Retry-After: 1 above it)")
 	fs.DurationVar(&c.DX.Latency, "dx-latency", c.DX.Latency, "scenario dx: time per push (±20% jitter)")
@@ -202,6 +212,12 @@ func (c *config) Validate() error {
 	if c.Peer != "bullmq" && c.Peer != "none" {
 		errs = append(errs, fmt.Errorf("--peer: %q, want bullmq or none", c.Peer))
 	}
+	if c.ProfileSeconds < 1 || c.ProfileSeconds > 600 {
+		errs = append(errs, fmt.Errorf("--profile-seconds: %d, want 1..600", c.ProfileSeconds))
+	}
+	if c.Runs < 1 || c.Runs > 20 {
+		errs = append(errs, fmt.Errorf("--runs: %d, want 1..20", c.Runs))
+	}
 	if c.VerifyEvery < 1 {
 		errs = append(errs, fmt.Errorf("--verify-every: %d, want at least 1", c.VerifyEvery))
 	}
@@ -271,27 +287,43 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer b.Close()
 	b.command = "go run ./cmd/bench " + strings.Join(args, " ")
 	var results []*Result
+	var groups [][]*Result // the runs of each scenario
 	for _, name := range cfg.Scenarios {
 		sc := scenarioNamed(name, cfg)
-		res, err := b.runScenario(ctx, sc)
-		if err != nil {
-			return fmt.Errorf("scenario %s: %w", name, err)
-		}
-		if err := writeResult(cfg.Out, res); err != nil {
-			return err
-		}
-		results = append(results, res)
-		if cfg.Charts != "" {
-			if err := writeChart(cfg.Charts, res); err != nil {
+		var runs []*Result
+		for k := 1; k <= cfg.Runs; k++ {
+			res, err := b.runScenario(ctx, sc, k)
+			if err != nil {
+				return fmt.Errorf("scenario %s: %w", name, err)
+			}
+			if err := writeResult(cfg.Out, res); err != nil {
 				return err
 			}
+			runs = append(runs, res)
+			if cfg.Charts != "" {
+				if err := writeChart(cfg.Charts, res); err != nil {
+					return err
+				}
+			}
 		}
+		results = append(results, runs...)
+		groups = append(groups, runs)
 	}
 	writeTables(stdout, b.machine, results)
+	if cfg.Runs > 1 {
+		writeMedians(stdout, groups)
+	}
 	if cfg.MD != "" {
 		var md bytes.Buffer
 		fmt.Fprintf(&md, "`%s` on %s, commit %s:\n", b.command, time.Now().UTC().Format("2006-01-02"), commitOf())
-		writeTables(&md, b.machine, results)
+		if cfg.Runs > 1 {
+			// Every run's tables are in bench/results; the section keeps
+			// the medians.
+			writeMachine(&md, b.machine, results)
+			writeMedians(&md, groups)
+		} else {
+			writeTables(&md, b.machine, results)
+		}
 		return writeSection(cfg.MD, cfg.MDSection, md.Bytes())
 	}
 	return nil

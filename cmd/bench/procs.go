@@ -129,6 +129,26 @@ func cpuSeconds(pid int) (float64, error) {
 	return float64(u+s) / clockTicks, nil
 }
 
+// syscalls is how many read and write system calls process pid has made
+// (/proc/<pid>/io: sockets, pipes and files alike).
+func syscalls(pid int) (reads, writes int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, 0, fmt.Errorf("read syscall counts: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		switch k {
+		case "syscr":
+			reads = n
+		case "syscw":
+			writes = n
+		}
+	}
+	return reads, writes, nil
+}
+
 // selfCPUSeconds is the bench process's own CPU time (simulator, producer,
 // outcome reader, ceiling loop).
 func selfCPUSeconds() float64 {

@@ -2,13 +2,11 @@ package dispatch
 
 import (
 	"context"
-	"crypto/tls"
+	"errors"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,8 +14,8 @@ import (
 
 // conns is the RoundTripper every send goes through. Requests to a push
 // service that speaks HTTP/2 over TLS go over connections it keeps per
-// service (http.Transport.NewClientConn), dialled one at a time and one
-// ahead of need; other requests go through the Transport.
+// service (h2conn), dialled one at a time and one ahead of need; other
+// requests go through the Transport.
 //
 // The Transport dials a connection for every request that finds its
 // connections' streams taken, and keeps only the first to finish: 300
@@ -27,22 +25,16 @@ import (
 // round trip), and the next connection is dialled once a quarter of the
 // streams is left, before they run out.
 type conns struct {
-	t *http.Transport
-	// dialer makes the connections kept here: t's settings with no
-	// MaxConnsPerHost, which (Go 1.26) closing a connection of
-	// NewClientConn's counts against, when it never counted it.
-	dialer    *http.Transport
+	t         *http.Transport // its dialer and TLS settings serve here too
 	maxPerKey int
 	dialFor   time.Duration
 
 	mu    sync.Mutex
-	hosts map[string]*hostConns
+	hosts map[string]*hostConns // by the URL's host[:port]
 }
 
 func newConns(t *http.Transport, maxPerHost int, dialFor time.Duration) *conns {
-	d := t.Clone()
-	d.MaxConnsPerHost = 0
-	return &conns{t: t, dialer: d, maxPerKey: maxPerHost, dialFor: dialFor, hosts: make(map[string]*hostConns)}
+	return &conns{t: t, maxPerKey: maxPerHost, dialFor: dialFor, hosts: make(map[string]*hostConns)}
 }
 
 // hostConns is one push service's connections.
@@ -50,7 +42,7 @@ type hostConns struct {
 	addr string
 
 	mu      sync.Mutex
-	live    []*http.ClientConn
+	live    []*h2conn
 	dialing bool
 	h1      bool  // the service did not offer HTTP/2: the Transport sends
 	dials   int   // dials ended, failed or not
@@ -70,7 +62,7 @@ func (c *conns) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "https" {
 		return c.t.RoundTrip(req)
 	}
-	h := c.host(req.URL.Hostname(), req.URL.Port())
+	h := c.host(req.URL)
 	for tries := 0; ; tries++ {
 		cc, err := h.take(req.Context(), c)
 		if err != nil {
@@ -102,19 +94,8 @@ func (c *conns) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // unprocessed tells whether err says the service did not process the
-// request (the errors the Transport retries on; net/http does not export
-// them).
-func unprocessed(err error) bool {
-	s := err.Error()
-	switch {
-	case s == "http2: client conn not usable",
-		s == "http2: Transport received Server's graceful shutdown GOAWAY":
-		return true
-	case strings.HasPrefix(s, "stream error: "):
-		return strings.Contains(s, "REFUSED_STREAM") || strings.HasSuffix(s, "PROTOCOL_ERROR; received from peer")
-	}
-	return false
-}
+// request.
+func unprocessed(err error) bool { return errors.Is(err, errUnprocessed) }
 
 // CloseIdleConnections closes every connection with no request in
 // flight, the Transport's among them.
@@ -142,17 +123,19 @@ func (c *conns) CloseIdleConnections() {
 	c.t.CloseIdleConnections()
 }
 
-func (c *conns) host(name, port string) *hostConns {
-	if port == "" {
-		port = "443"
-	}
-	addr := net.JoinHostPort(name, port)
+// host is the connections of u's push service, keyed by u.Host as it is:
+// the address is built once, not per send.
+func (c *conns) host(u *url.URL) *hostConns {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h := c.hosts[addr]
+	h := c.hosts[u.Host]
 	if h == nil {
-		h = &hostConns{addr: addr}
-		c.hosts[addr] = h
+		port := u.Port()
+		if port == "" {
+			port = "443"
+		}
+		h = &hostConns{addr: net.JoinHostPort(u.Hostname(), port)}
+		c.hosts[u.Host] = h
 	}
 	return h
 }
@@ -168,10 +151,10 @@ func (c *conns) connected(ctx context.Context, u *url.URL) {
 	if u.Scheme != "https" {
 		return
 	}
-	h := c.host(u.Hostname(), u.Port())
+	h := c.host(u)
 	gen := h.gen.Load()
 	h.mu.Lock()
-	if h.h1 || slices.ContainsFunc(h.live, func(cc *http.ClientConn) bool { return cc.Err() == nil }) {
+	if h.h1 || slices.ContainsFunc(h.live, func(cc *h2conn) bool { return cc.Err() == nil }) {
 		h.mu.Unlock()
 		return
 	}
@@ -194,7 +177,7 @@ func (c *conns) connected(ctx context.Context, u *url.URL) {
 // nil when the service speaks only HTTP/1.1. It waits for a stream or a
 // dial; it fails when the dial it waited for failed and no connection is
 // left, or when ctx ends.
-func (h *hostConns) take(ctx context.Context, c *conns) (*http.ClientConn, error) {
+func (h *hostConns) take(ctx context.Context, c *conns) (*h2conn, error) {
 	for {
 		gen := h.gen.Load()
 		h.mu.Lock()
@@ -202,7 +185,7 @@ func (h *hostConns) take(ctx context.Context, c *conns) (*http.ClientConn, error
 			h.mu.Unlock()
 			return nil, nil
 		}
-		var got *http.ClientConn
+		var got *h2conn
 		free, size := 0, 0
 		live := h.live[:0]
 		for _, cc := range h.live {
@@ -273,21 +256,16 @@ func (h *hostConns) signal() {
 	h.wmu.Unlock()
 }
 
-// dial opens one connection to the service.
+// dial opens one connection to the service. One that offers HTTP/1.1
+// only is closed: the Transport pools a connection per request in flight.
 func (h *hostConns) dial(c *conns) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.dialFor)
 	defer cancel()
-	var proto string
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		TLSHandshakeDone: func(s tls.ConnectionState, _ error) { proto = s.NegotiatedProtocol },
-	})
-	cc, err := c.dialer.NewClientConn(ctx, "https", h.addr)
-	if err == nil && proto != "h2" {
-		// HTTP/1.1 only: a connection per request in flight, which the
-		// Transport pools.
-		cc.Close()
-		cc = nil
+	dial := c.t.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
 	}
+	cc, err := dialH2(ctx, dial, c.t.TLSClientConfig, c.t.TLSHandshakeTimeout, h.addr, h.signal)
 	h.mu.Lock()
 	h.dialing = false
 	h.dials++
@@ -300,8 +278,5 @@ func (h *hostConns) dial(c *conns) {
 		h.live = append(h.live, cc)
 	}
 	h.mu.Unlock()
-	if cc != nil {
-		cc.SetStateHook(func(*http.ClientConn) { h.signal() })
-	}
 	h.signal()
 }

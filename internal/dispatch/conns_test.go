@@ -78,9 +78,8 @@ func TestBurstDialsOnce(t *testing.T) {
 		n        int
 		maxDials int64
 	}{
-		// The first dial, and the next once a quarter of its streams
-		// is left (a third at most: until the service's settings come,
-		// a connection counts 100 streams).
+		// The first dial, and the next once a quarter of its 250
+		// streams is left (a third at most).
 		{"cold, 300 at once", 300, 3},
 		// Two connections of 250 streams: the third dialled ahead.
 		{"warm, 600 at once", 600, 2},

@@ -39,7 +39,7 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
 	d := Delivery{SubID: r.PathValue("id"), At: time.Now(), Proto: r.Proto}
 	org := origin(requestScheme(r), r.Host)
-	body, readErr := io.ReadAll(io.LimitReader(r.Body, MaxBodySize+1))
+	body, readErr := readBody(r)
 	if !s.workers.take(r.Context(), s.closing, org) {
 		s.dropQueued(w, r, d)
 		return
@@ -89,6 +89,29 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Error(w, v.reason, v.status)
+}
+
+// readBody reads a push request's body, at most MaxBodySize+1 bytes (one
+// more says it is too large): into a buffer of its announced length when
+// it has one, where io.ReadAll grew one from 512 bytes, copying (a sixth
+// of the simulator's CPU).
+func readBody(r *http.Request) ([]byte, error) {
+	n := r.ContentLength
+	if n < 0 || n > MaxBodySize {
+		return io.ReadAll(io.LimitReader(r.Body, MaxBodySize+1))
+	}
+	body := make([]byte, n, n+1)
+	if _, err := io.ReadFull(r.Body, body); err != nil {
+		return body, err
+	}
+	// A body longer than announced: the server's reader refuses it.
+	if m, err := r.Body.Read(body[n : n+1]); m > 0 || (err != nil && err != io.EOF) {
+		if err == nil {
+			err = errors.New("body longer than its Content-Length")
+		}
+		return body[:n+int64(m)], err
+	}
+	return body, nil
 }
 
 // judge checks the request, whose body was read as body (or failed with readErr), as a push
