@@ -1075,7 +1075,7 @@ func checkConfigSections(t *testing.T, r *rendered) {
 		}
 		asFlags[flag] = v
 	}
-	for _, k := range []string{"window", "cut_rate", "halt_rate", "max_concurrency"} {
+	for _, k := range []string{"cut_rate", "halt_rate", "max_concurrency"} {
 		if _, ok := cfg.Pacing[k]; !ok {
 			t.Errorf("processor.yaml pacing: lacks %s", k)
 		}
@@ -1105,7 +1105,7 @@ var configSectionsRead = sync.OnceValue(func() bool {
 	}
 	defer os.RemoveAll(dir)
 	file := filepath.Join(dir, "c.yaml")
-	doc := "brokers: [kafka:9092]\ntiers:\n  tier1:\n    steps: [2s, 8s, 60s]\n    max_attempts: 5\n    weight: 6\npacing:\n  window: 60s\n"
+	doc := "brokers: [kafka:9092]\ntiers:\n  tier1:\n    steps: [2s, 8s, 60s]\n    max_attempts: 5\n    weight: 6\npacing:\n  cut_rate: 0.05\n"
 	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
 		panic(err)
 	}
