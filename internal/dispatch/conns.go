@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -25,16 +26,30 @@ import (
 // round trip), and the next connection is dialled once a quarter of the
 // streams is left, before they run out.
 type conns struct {
-	t         *http.Transport // its dialer and TLS settings serve here too
+	t         *http.Transport // for what is not HTTP/2 over TLS
 	maxPerKey int
 	dialFor   time.Duration
+	// The Transport's dialer and TLS settings, read once: the Transport
+	// writes its TLS config on its first request.
+	dialCtx      func(ctx context.Context, network, addr string) (net.Conn, error)
+	tlsConfig    *tls.Config
+	tlsHandshake time.Duration
 
 	mu    sync.Mutex
 	hosts map[string]*hostConns // by the URL's host[:port]
 }
 
 func newConns(t *http.Transport, maxPerHost int, dialFor time.Duration) *conns {
-	return &conns{t: t, maxPerKey: maxPerHost, dialFor: dialFor, hosts: make(map[string]*hostConns)}
+	dial := t.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	var tc *tls.Config
+	if t.TLSClientConfig != nil {
+		tc = t.TLSClientConfig.Clone()
+	}
+	return &conns{t: t, maxPerKey: maxPerHost, dialFor: dialFor, hosts: make(map[string]*hostConns),
+		dialCtx: dial, tlsConfig: tc, tlsHandshake: t.TLSHandshakeTimeout}
 }
 
 // hostConns is one push service's connections.
@@ -261,11 +276,7 @@ func (h *hostConns) signal() {
 func (h *hostConns) dial(c *conns) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.dialFor)
 	defer cancel()
-	dial := c.t.DialContext
-	if dial == nil {
-		dial = (&net.Dialer{}).DialContext
-	}
-	cc, err := dialH2(ctx, dial, c.t.TLSClientConfig, c.t.TLSHandshakeTimeout, h.addr, h.signal)
+	cc, err := dialH2(ctx, c.dialCtx, c.tlsConfig, c.tlsHandshake, h.addr, h.signal)
 	h.mu.Lock()
 	h.dialing = false
 	h.dials++
