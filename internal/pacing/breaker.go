@@ -17,9 +17,9 @@ const (
 // MinSamples answers at least) it opens for OpenFor, an outage. The rate
 // law opens it too, for the origin's Retry-After, when a cut finds the
 // 429 share past HaltRate: a halt. Open, nothing is sent; when it is due,
-// Probes sends go half-open, and it closes once they all succeed. A probe
-// that fails opens it again, each time in a row for twice as long (up to
-// maxOpen).
+// Probes sends go half-open: it closes once they are answered and one
+// succeeded; a 429, or all of them failing, opens it again, each time in a
+// row for twice as long (up to maxOpen).
 const (
 	errorSpan = 10 // seconds
 	maxOpen   = 5 * time.Minute
@@ -33,6 +33,7 @@ type breaker struct {
 	pause  time.Duration
 	probes int // half-open sends in flight
 	passed int // half-open sends that succeeded
+	failed int // half-open sends that failed
 	secs   [errorSpan]struct {
 		at        int64
 		n, failed int
@@ -47,10 +48,10 @@ func (b *breaker) allow(cfg *Config, now time.Time) (ok, probe bool, until time.
 	case b.state == Open && now.Before(b.until):
 		return false, false, b.until, false
 	case b.state == Open:
-		b.state, b.probes, b.passed, moved = HalfOpen, 0, 0, true
+		b.state, b.probes, b.passed, b.failed, moved = HalfOpen, 0, 0, 0, true
 		fallthrough
 	case b.state == HalfOpen:
-		if b.probes+b.passed < cfg.Probes {
+		if b.probes+b.passed+b.failed < cfg.Probes {
 			return true, true, time.Time{}, moved
 		}
 		return false, false, time.Time{}, moved
@@ -68,15 +69,25 @@ func (b *breaker) answer(cfg *Config, now time.Time, probe, failed, throttled, f
 		switch {
 		case failed && failing:
 			return "" // says more of the notification than of the origin
-		case failed || throttled:
+		case throttled:
+			b.open(now, b.pause)
+			return Open
+		case failed:
+			b.failed++
+		default:
+			b.passed++
+		}
+		// The probes judge together: one that fails may be its own
+		// subscription's, an outage fails them all.
+		switch {
+		case b.state != HalfOpen || b.passed+b.failed < cfg.Probes:
+			return ""
+		case b.passed == 0:
 			b.open(now, b.pause)
 			return Open
 		}
-		if b.passed++; b.passed >= cfg.Probes && b.state == HalfOpen {
-			b.state, b.opens = Closed, 0
-			return Closed
-		}
-		return ""
+		b.state, b.opens = Closed, 0
+		return Closed
 	}
 	if b.state != Closed || failing {
 		return ""
@@ -110,7 +121,7 @@ func (b *breaker) open(now time.Time, pause time.Duration) {
 	}
 	d := min(maxOpen, b.pause<<min(b.opens, 10))
 	b.state, b.until, b.opens = Open, later(b.until, now.Add(d)), b.opens+1
-	b.probes, b.passed = 0, 0
+	b.probes, b.passed, b.failed = 0, 0, 0
 	b.secs = [errorSpan]struct {
 		at        int64
 		n, failed int
@@ -126,7 +137,7 @@ func (b *breaker) hold(now, until time.Time) bool {
 	if b.state == Closed {
 		b.pause = until.Sub(now)
 	}
-	b.state, b.until, b.probes, b.passed = Open, until, 0, 0
+	b.state, b.until, b.probes, b.passed, b.failed = Open, until, 0, 0, 0
 	return true
 }
 
