@@ -92,8 +92,18 @@ func (c *h2conn) RoundTrip(req *http.Request) (*http.Response, error) {
 	c.kickLocked()
 	c.mu.Unlock()
 	for len(data) > 0 {
-		// The service's windows are full: wait for them to open.
+		// The service's windows are full: wait for them to open. A
+		// WINDOW_UPDATE may have come since the last try, with nobody
+		// waiting: try again under the lock before waiting.
 		c.mu.Lock()
+		if _, open := c.streams[s.id]; open {
+			data = c.sendLocked(s, data)
+			c.kickLocked()
+		}
+		if len(data) == 0 {
+			c.mu.Unlock()
+			break
+		}
 		if c.windows == nil {
 			c.windows = make(chan struct{})
 		}
@@ -103,17 +113,10 @@ func (c *h2conn) RoundTrip(req *http.Request) (*http.Response, error) {
 		case <-windows:
 		case <-s.got:
 			data = nil // answered (or failed) before the body was sent
-			continue
 		case <-ctx.Done():
 			c.reset(s, http2.ErrCodeCancel)
 			return nil, ctx.Err()
 		}
-		c.mu.Lock()
-		if _, open := c.streams[s.id]; open {
-			data = c.sendLocked(s, data)
-			c.kickLocked()
-		}
-		c.mu.Unlock()
 	}
 	select {
 	case <-s.got:
