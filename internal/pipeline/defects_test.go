@@ -169,6 +169,11 @@ func TestShutdownKeepsFinishedOffsets(t *testing.T) {
 		t.Log("the hand-off did not stop waiting; the test proves less")
 	}
 	at, meta := committed(ctx, t, env, tier, 0)
+	if at == int64(len(recs)) && sendsOf(env.Sim, slow.ID) == 1 {
+		// Busy cores made the fast events outlast the slow send: it was
+		// finished, and committed, before the shutdown began.
+		t.Skipf("the slow send ended before the shutdown (commit %d): this run proves nothing", at)
+	}
 	if spans, _ := checkpoint.Decode(at, meta); at != 0 || len(spans) == 0 {
 		t.Errorf("shutdown commit: offset %d, metadata %q; want 0 with the finished offsets", at, meta)
 	}
