@@ -55,13 +55,13 @@ vet:
 # slows it five- to tenfold: the replay (recorded answers in, decisions
 # out), a token bucket at 500/s and 50 ms and a pool of 64 workers at
 # 300 ms, one processor and three, on the simulator (PACING_CELLS); tier 1
-# ahead of a flood at 5-50 ms per push, and a healthy origin beside a
-# failing one and devices' 429s through Kafka.
+# ahead of a flood at 5-50 ms per push, a healthy origin beside a failing
+# one and beside a slow one that queues, and devices' 429s through Kafka.
 PACING_CELLS ?= bucket/limit=500/latency=50ms/,workers=64/latency=300ms/
 test-pacing-small:
 	$(TIMED)-grid $(GO) test -count=1 -timeout 10m -run '^(TestReplay|TestGrid|TestGridQueueing)$$' ./internal/pacing -args -grid.cells '$(PACING_CELLS)'
 	$(TIMED)-flood $(GO) test -count=1 -timeout 10m -run '^TestTier1BehindFlood$$/_(5|20|50)ms$$' ./internal/pipeline
-	$(TIMED)-origins $(GO) test -count=1 -timeout 10m -run '^(TestBreaker|TestPerDeviceThrottling)$$' ./internal/pipeline
+	$(TIMED)-origins $(GO) test -count=1 -timeout 10m -run '^(TestBreaker|TestPerDeviceThrottling|TestSlowOriginBesideFast)$$' ./internal/pipeline
 
 # Everything: `make test`, then the rest (test-rest).
 test-all: test test-rest

@@ -11,8 +11,10 @@ import (
 // A lane paces one origin. It holds no law of its own: a send may go when
 // the breaker allows it, the concurrency law has room for it and the rate
 // law's bucket has a token for this processor's part of E; otherwise it
-// waits in the tiers' queue, unless it would wait longer than its Hold,
-// when it goes back to the ladder. Every method decides under the lane's
+// waits in the tiers' queue, holding its record's window slot, so a busy
+// origin slows the reading of its records instead of sending them round
+// the ladder. It goes back to the ladder only when the origin is halted
+// for longer than its Hold, or holds its share of the waiting already. Every method decides under the lane's
 // lock and returns what is to be done (grants, events, a signal) for the
 // Pacer to do once the lock is released.
 type lane struct {
@@ -68,7 +70,8 @@ func (l *lane) estimate(now time.Time) (e, part float64) {
 
 // admit grants req a slot, queues it (returning its waiter) or defers it
 // (returning neither, with the time it may come back, if one is known).
-func (l *lane) admit(req Request, now time.Time) (*Slot, *waiter, time.Time, effects) {
+// share is how many may wait for the origin (Pacer.laneShare).
+func (l *lane) admit(req Request, now time.Time, share int) (*Slot, *waiter, time.Time, effects) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var fx effects
@@ -81,11 +84,11 @@ func (l *lane) admit(req Request, now time.Time) (*Slot, *waiter, time.Time, eff
 		}
 	}
 	w := &waiter{ch: make(chan grant, 1), req: req}
-	if wait := l.wait(ti, now); wait > w.hold() {
-		if l.br.state == Open {
-			return nil, nil, l.br.until, fx // the halt's end is the floor
-		}
-		return nil, nil, now.Add(wait), fx
+	if l.paused(now) > w.hold() {
+		return nil, nil, l.br.until, fx // the halt's end is the floor
+	}
+	if l.q.ahead(ti) >= share {
+		return nil, nil, now.Add(l.wait(ti, now)), fx
 	}
 	l.q.push(w)
 	l.backlog = true
@@ -117,10 +120,10 @@ func (l *lane) throughput(now time.Time) float64 {
 	return part
 }
 
-// shed sends the waiters that can expect to wait longer than their Hold
-// back to the ladder, each until it can expect a slot.
+// shed sends the waiters that would rather not wait out the halt back to
+// the ladder, until its end.
 func (l *lane) shed(now time.Time, fx *effects) {
-	fx.grants = append(fx.grants, l.q.shed(l.paused(now), l.throughput(now), now)...)
+	fx.grants = append(fx.grants, l.q.shed(l.paused(now), now)...)
 }
 
 // tryGrant makes a slot if the breaker, the concurrency law and the rate
@@ -217,7 +220,6 @@ func (l *lane) done(s *Slot, r push.Result, now time.Time) effects {
 	}
 	if c := l.flow.answer(l.cfg, now, s.seq, now.Sub(s.granted), !throttled && !failed); c > 0 {
 		fx.events = append(fx.events, Event{At: now, Origin: l.origin, Kind: "queue", Limit: c})
-		l.shed(now, &fx)
 		if l.flow.rounds == 1 || !l.queueSaid {
 			l.queueSaid = true
 			l.signal(SignalQueue, now, &fx)
@@ -259,8 +261,6 @@ func (l *lane) cut(now time.Time, fx *effects) {
 	if n >= l.cfg.MinSamples && lowerBound(k, n) > l.cfg.HaltRate {
 		l.br.open(now, max(l.cfg.DefaultPause, l.retryAfter))
 		l.changed(Open, now, false, fx)
-	} else {
-		l.shed(now, fx)
 	}
 	l.signal(SignalCut, now, fx)
 }
@@ -327,7 +327,6 @@ func (l *lane) apply(s Signal, now time.Time) effects {
 	if l.rate.adopt(epoch{known: s.Ceiling > 0, w: s.Ceiling, t0: s.Epoch}) {
 		e, _ := l.estimate(now)
 		fx.events = append(fx.events, Event{At: now, Origin: l.origin, Kind: "peer", Limit: l.flow.limit, Estimate: e, Accepted: s.Ceiling, Peer: true})
-		l.shed(now, &fx)
 	}
 	if s.Until.After(now) && l.br.hold(now, s.Until) {
 		l.changed(Open, now, true, &fx)

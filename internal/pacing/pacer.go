@@ -84,6 +84,7 @@ type Pacer struct {
 	timer    func(*lane, time.Duration) // wakes a lane's waiters (timer)
 	mu       sync.Mutex
 	lanes    map[string]*lane
+	active   activity
 	swept    time.Time // when idle lanes were last evicted
 	subs     *lru.Cache[string, time.Time]
 	closed   bool
@@ -164,11 +165,11 @@ func (p *Pacer) Acquire(ctx context.Context, req Request) (*Slot, time.Time) {
 		}
 		p.subs.Remove(req.Sub)
 	}
-	l := p.lane(req.Origin, now)
+	l, share := p.laneShare(req.Origin, now)
 	if l == nil {
 		return nil, time.Time{}
 	}
-	s, w, until, fx := l.admit(req, now)
+	s, w, until, fx := l.admit(req, now, share)
 	p.emit(l, fx)
 	if w == nil {
 		return s, until
@@ -222,10 +223,18 @@ func (p *Pacer) wake(l *lane) { p.emit(l, l.woken(p.now())) }
 // lane returns origin's lane, made when missing; nil once the pacer is
 // closed.
 func (p *Pacer) lane(origin string, now time.Time) *lane {
+	l, _ := p.laneShare(origin, now)
+	return l
+}
+
+// laneShare is lane for a request, and how many requests the origin may
+// hold waiting: its even share of MaxWaiting among the origins asked
+// for within the last second.
+func (p *Pacer) laneShare(origin string, now time.Time) (*lane, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil
+		return nil, 0
 	}
 	l := p.lanes[origin]
 	if l == nil {
@@ -233,7 +242,39 @@ func (p *Pacer) lane(origin string, now time.Time) *lane {
 		l = newLane(origin, p, now)
 		p.lanes[origin] = l
 	}
-	return l
+	return l, max(1, p.cfg.MaxWaiting/p.active.note(l, p.lanes, now))
+}
+
+// activity counts the origins asked for within the last second, recounted
+// at most every activeEvery. Pacer.mu guards it.
+type activity struct {
+	asked   map[*lane]time.Time
+	n       int
+	counted time.Time
+}
+
+const activeEvery = 100 * time.Millisecond
+
+// note records that l was asked for at now and returns the count, one at
+// least.
+func (a *activity) note(l *lane, lanes map[string]*lane, now time.Time) int {
+	if a.asked == nil {
+		a.asked = make(map[*lane]time.Time)
+	}
+	_, known := a.asked[l]
+	a.asked[l] = now
+	if !known || now.Sub(a.counted) >= activeEvery {
+		a.counted, a.n = now, 0
+		for k, at := range a.asked {
+			switch {
+			case lanes[k.origin] != k:
+				delete(a.asked, k) // evicted
+			case now.Sub(at) <= time.Second:
+				a.n++
+			}
+		}
+	}
+	return max(1, a.n)
 }
 
 // Any public host is a new origin, so lanes are evicted once idle: nothing

@@ -314,3 +314,58 @@ func TestHaltHoldsTheGroup(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitingShare: a busy origin's requests wait in memory however long
+// their queue, up to MaxWaiting ahead of them (their tier and those above);
+// past it they are deferred. Two origins asked for split it, and tier 1
+// is never deferred for the lower tiers' waiting.
+func TestWaitingShare(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const share = 8
+		p := newPacer(t, func(c *pacing.Config) { c.MinLimit, c.MaxLimit, c.MaxWaiting = 1, 1, share })
+		hold, _ := p.Acquire(t.Context(), req(0, tiers.Tier1))
+		out := make(chan got, 100)
+		for i := range share {
+			r := req(i+1, tiers.Tier3)
+			r.Hold = time.Millisecond // far shorter than the queue: still waits
+			acquire(t.Context(), p, i+1, r, out)
+			synctest.Wait()
+		}
+		select {
+		case g := <-out:
+			t.Fatalf("request %d answered while the origin was busy: slot %v", g.i, g.slot != nil)
+		default:
+		}
+		if w := lane(t, p).Waiting; w != share {
+			t.Fatalf("%d waiting, want %d", w, share)
+		}
+		if s, _ := p.Acquire(t.Context(), req(100, tiers.Tier3)); s != nil {
+			t.Fatal("a request past the origin's share got a slot")
+		}
+		acquire(t.Context(), p, 101, req(101, tiers.Tier1), out)
+		synctest.Wait()
+		if w := lane(t, p).Waiting; w != share+1 {
+			t.Fatalf("tier 1 behind %d lower-tier waiters: %d waiting, want %d", share, w, share+1)
+		}
+		// A second origin asked for halves the share: the next tier-3
+		// request of the first waits behind 8, more than its 4.
+		other := req(200, tiers.Tier3)
+		other.Origin = "https://other.example.net"
+		s, _ := p.Acquire(t.Context(), other)
+		if s == nil {
+			t.Fatal("an idle origin's request did not get a slot")
+		}
+		s.Done(ok)
+		if s, _ := p.Acquire(t.Context(), req(102, tiers.Tier3)); s != nil {
+			t.Fatal("a request past the origin's half share got a slot")
+		}
+		hold.Done(ok)
+		for range share + 1 {
+			g := <-out
+			if g.slot == nil {
+				t.Fatalf("waiting request %d deferred", g.i)
+			}
+			g.slot.Done(ok)
+		}
+	})
+}

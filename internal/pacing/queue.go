@@ -83,19 +83,16 @@ func (q *queue) ahead(ti int) int {
 }
 
 // shed takes out every waiter that would rather go back to the ladder
-// than wait: the whole of pause, and after it its place in the queue at
-// rate sends per second (tier by tier); each with when it may come back.
-func (q *queue) shed(pause time.Duration, rate float64, now time.Time) []granted {
+// than wait out a halt of pause, each until the halt ends.
+func (q *queue) shed(pause time.Duration, now time.Time) []granted {
+	if pause <= 0 {
+		return nil
+	}
 	var out []granted
-	k := 0
 	for i := range q.tiers {
 		q.tiers[i] = slices.DeleteFunc(q.tiers[i], func(w *waiter) bool {
-			k++
-			if wait := pause + queued(k, rate); wait > w.hold() {
-				if pause > 0 {
-					wait = pause // the halt's end is the floor
-				}
-				out = append(out, granted{w, grant{until: now.Add(wait)}})
+			if pause > w.hold() {
+				out = append(out, granted{w, grant{until: now.Add(pause)}})
 				return true
 			}
 			return false

@@ -189,7 +189,9 @@ func (s *sim) run() {
 func (s *sim) join(at time.Duration, window, backlog int) {
 	s.at(simStart.Add(at), func() {
 		pr := &simProc{s: s, id: fmt.Sprint("p", len(s.procs)), backlog: backlog, alive: true, waiting: map[*waiter]int{}}
-		p, err := New(s.cfg, WithClock(func() time.Time { return s.now }), WithObserver(func(e Event) {
+		cfg := s.cfg
+		cfg.MaxWaiting = window // as the pipeline's --max-in-flight
+		p, err := New(cfg, WithClock(func() time.Time { return s.now }), WithObserver(func(e Event) {
 			s.log = append(s.log, fmt.Sprintf("%7.3fs %s %s limit=%d E=%.1f W=%.1f share=%.3f peer=%v", e.At.Sub(simStart).Seconds(), pr.id, e.Kind, e.Limit, e.Estimate, e.Accepted, e.Rate, e.Peer))
 		}))
 		if err != nil {
@@ -269,7 +271,7 @@ func (pr *simProc) next(i int) {
 		return
 	}
 	l := pr.p.lane(simOrigin, s.now)
-	slot, w, until, fx := l.admit(Request{Origin: simOrigin, Tier: tier, Hold: simRetry}, s.now)
+	slot, w, until, fx := l.admit(Request{Origin: simOrigin, Tier: tier, Hold: simRetry}, s.now, pr.p.cfg.MaxWaiting)
 	switch {
 	case slot != nil:
 		slot.req.Tier = tier
