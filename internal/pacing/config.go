@@ -42,13 +42,14 @@ type Config struct {
 	MinLimit, MaxLimit int
 	// Weights are the tiers' shares of slots (tier1, tier2, tier3).
 	Weights [3]int
-	// MaxWaiting is how many requests may wait in memory ahead of one for
-	// a busy origin (those of its tier and the tiers above), split evenly
-	// among the origins asked for within the last second: the window
-	// slots a tier may hold (the pipeline sets it to half of
-	// --max-in-flight). Past its share an origin's requests go to the
-	// retry ladder, so one slow origin never holds the window from the
-	// others.
+	// MaxWaiting is the pipeline's window (--max-in-flight): the records
+	// in flight, and so the requests that may wait in memory. An origin
+	// alone may hold it all; origins asked for within the same second
+	// split the half of it a class of tiers is sure of (the window keeps
+	// half for tier 1 and the lower tiers may take the other), counting
+	// tier 1 and the lower tiers apart. Past its share an origin's
+	// requests go to the retry ladder, so one slow origin never holds
+	// the window from the others.
 	MaxWaiting int
 	// SubPauses bounds the LRU of subscriptions paused by a 429.
 	SubPauses int
@@ -58,8 +59,7 @@ type Config struct {
 // to 90% of what the origin accepted; at 20% the origin also halts for
 // its Retry-After (1 s at least); 50% errors open the breaker for 10 s,
 // then 3 probes; judged on 10 answers at least; 1..4096 sends in flight;
-// weights 6:3:1; 512 requests waiting per origin (half the default
-// --max-in-flight).
+// weights 6:3:1; a window of 1024 (the default --max-in-flight).
 func DefaultConfig() Config {
 	return Config{
 		Enabled:       true,
@@ -74,7 +74,7 @@ func DefaultConfig() Config {
 		MinLimit:      1,
 		MaxLimit:      4096,
 		Weights:       [3]int{6, 3, 1},
-		MaxWaiting:    512,
+		MaxWaiting:    1024,
 		SubPauses:     100_000,
 	}
 }

@@ -14,7 +14,8 @@ import (
 // waits in the tiers' queue, holding its record's window slot, so a busy
 // origin slows the reading of its records instead of sending them round
 // the ladder. It goes back to the ladder only when the origin is halted
-// for longer than its Hold, or holds its share of the waiting already. Every method decides under the lane's
+// for longer than its Hold, or holds its share of the waiting of the
+// request's class (tier 1, or the lower tiers) already. Every method decides under the lane's
 // lock and returns what is to be done (grants, events, a signal) for the
 // Pacer to do once the lock is released.
 type lane struct {
@@ -87,7 +88,7 @@ func (l *lane) admit(req Request, now time.Time, share int) (*Slot, *waiter, tim
 	if l.paused(now) > w.hold() {
 		return nil, nil, l.br.until, fx // the halt's end is the floor
 	}
-	if l.q.ahead(ti) >= share {
+	if l.q.class(ti) >= share {
 		return nil, nil, now.Add(l.wait(ti, now)), fx
 	}
 	l.q.push(w)

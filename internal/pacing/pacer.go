@@ -227,9 +227,11 @@ func (p *Pacer) lane(origin string, now time.Time) *lane {
 	return l
 }
 
-// laneShare is lane for a request, and how many requests the origin may
-// hold waiting: its even share of MaxWaiting among the origins asked
-// for within the last second.
+// laneShare is lane for a request, and how many requests of a class the
+// origin may hold waiting: all of MaxWaiting when it is the only origin
+// asked for within the last second, else its even share of the half a
+// class is sure of. The share protects the others: with none, the
+// window itself bounds what waits, and the rest stays in Kafka.
 func (p *Pacer) laneShare(origin string, now time.Time) (*lane, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -242,7 +244,10 @@ func (p *Pacer) laneShare(origin string, now time.Time) (*lane, int) {
 		l = newLane(origin, p, now)
 		p.lanes[origin] = l
 	}
-	return l, max(1, p.cfg.MaxWaiting/p.active.note(l, p.lanes, now))
+	if k := p.active.note(l, p.lanes, now); k > 1 {
+		return l, max(1, p.cfg.MaxWaiting/(2*k))
+	}
+	return l, p.cfg.MaxWaiting
 }
 
 // activity counts the origins asked for within the last second, recounted

@@ -316,9 +316,9 @@ func TestHaltHoldsTheGroup(t *testing.T) {
 }
 
 // TestWaitingShare: a busy origin's requests wait in memory however long
-// their queue, up to MaxWaiting ahead of them (their tier and those above);
-// past it they are deferred. Two origins asked for split it, and tier 1
-// is never deferred for the lower tiers' waiting.
+// their queue, up to MaxWaiting of their class (tier 1, or the lower
+// tiers); past it they are deferred. Two origins asked for split half of
+// it, and tier 1 is never deferred for the lower tiers' waiting.
 func TestWaitingShare(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const share = 8
@@ -347,8 +347,9 @@ func TestWaitingShare(t *testing.T) {
 		if w := lane(t, p).Waiting; w != share+1 {
 			t.Fatalf("tier 1 behind %d lower-tier waiters: %d waiting, want %d", share, w, share+1)
 		}
-		// A second origin asked for halves the share: the next tier-3
-		// request of the first waits behind 8, more than its 4.
+		// A second origin asked for: the two split half of MaxWaiting,
+		// and the next tier-3 request of the first finds 8 waiting, more
+		// than its 2.
 		other := req(200, tiers.Tier3)
 		other.Origin = "https://other.example.net"
 		s, _ := p.Acquire(t.Context(), other)
@@ -357,7 +358,7 @@ func TestWaitingShare(t *testing.T) {
 		}
 		s.Done(ok)
 		if s, _ := p.Acquire(t.Context(), req(102, tiers.Tier3)); s != nil {
-			t.Fatal("a request past the origin's half share got a slot")
+			t.Fatal("a request past the origin's share beside another got a slot")
 		}
 		hold.Done(ok)
 		for range share + 1 {

@@ -82,6 +82,17 @@ func (q *queue) ahead(ti int) int {
 	return n
 }
 
+// class counts the waiters of tier index ti's class: tier 1, or the lower
+// tiers together, as the pipeline's window reserves slots for tier 1 and
+// keeps a part for the lower tiers: tier 1 never waits behind the lower
+// tiers' share, nor they behind its.
+func (q *queue) class(ti int) int {
+	if ti == 0 {
+		return len(q.tiers[0])
+	}
+	return len(q.tiers[1]) + len(q.tiers[2])
+}
+
 // shed takes out every waiter that would rather go back to the ladder
 // than wait out a halt of pause, each until the halt ends.
 func (q *queue) shed(pause time.Duration, now time.Time) []granted {

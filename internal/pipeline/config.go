@@ -226,10 +226,8 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 	for i, t := range tiers.All {
 		cfg.Pacing.Weights[i] = cfg.Policy.Ladder(t).Weight
 	}
-	// The requests waiting for a busy origin hold window slots, and the
-	// lower tiers may take half the window (the rest is tier 1's
-	// reserve): an origin's share of that half is what it may hold.
-	cfg.Pacing.MaxWaiting = max(1, cfg.MaxInFlight/2)
+	// The requests waiting for a busy origin hold window slots.
+	cfg.Pacing.MaxWaiting = cfg.MaxInFlight
 	var ex *share.Exchange
 	popts := append([]pacing.Option{pacing.WithClock(cfg.Now)}, o.pacing...)
 	if cfg.SharePacing && cfg.Pacing.Enabled {
