@@ -501,6 +501,10 @@ func (b *bench) measure(ctx context.Context, r *scenarioRun, broker *child) erro
 	res.Seconds = end.Sub(start).Seconds()
 	if !sc.HoldRSS {
 		res.EventsPerSec = n / res.Seconds
+		if t := r.outs.nth(1000); !t.IsZero() {
+			res.Ramp1k = t.Sub(start).Seconds()
+			b.logf("scenario %s: the first 1,000 outcomes after %.2f s", sc.Name, res.Ramp1k)
+		}
 	}
 	res.CPUSecPer1k = (cpu1 - cpu0) / n * 1000
 	res.BrokerCPUSecPer1k = (bcpu1 - bcpu0) / n * 1000

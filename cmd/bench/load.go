@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -200,6 +201,24 @@ func (o *outcomeReader) run(ctx context.Context, cl *kgo.Client) {
 			}
 		})
 	}
+}
+
+// nth is when the k-th distinct outcome arrived (the last, when fewer
+// did).
+func (o *outcomeReader) nth(k int) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ts := make([]time.Time, 0, len(o.outs))
+	for _, out := range o.outs {
+		if out != nil {
+			ts = append(ts, out.received)
+		}
+	}
+	if len(ts) == 0 {
+		return time.Time{}
+	}
+	slices.SortFunc(ts, time.Time.Compare)
+	return ts[min(k, len(ts))-1]
 }
 
 // readToEnd reads topics from their start up to their end offsets at the

@@ -87,6 +87,10 @@ type Result struct {
 	Ceiling      *ceilingResult `json:"ceiling,omitempty"`
 	Ratio        float64        `json:"ratio_to_ceiling,omitempty"`
 	DispatchLoop *ceilingResult `json:"dispatch_loop,omitempty"`
+	// Ramp1k is the seconds from the first produce to the 1,000th
+	// outcome (all of them, when fewer): how fast a cold processor gets
+	// going.
+	Ramp1k float64 `json:"ramp_1000_seconds,omitempty"`
 	// Peer is BullMQ + web-push on Redis over the same events (--peer);
 	// PeerSkipped says why it did not run.
 	Peer        *peerResult `json:"peer_bullmq,omitempty"`
@@ -636,15 +640,15 @@ func writeRatios(w io.Writer, rs []*Result) {
 	if len(with) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "| scenario | tierpush events/s | webpush-go loop events/s (senders) | tierpush / webpush-go | BullMQ + web-push events/s | tierpush / BullMQ | processor CPU s / 1k | allocs / event |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| scenario | tierpush events/s | webpush-go loop events/s (senders) | tierpush / webpush-go | BullMQ + web-push events/s | tierpush / BullMQ | processor CPU s / 1k | allocs / event | first 1,000 outcomes |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range with {
 		peer, pratio := "skipped", "–"
 		if r.Peer != nil {
 			peer, pratio = fmt.Sprintf("%.0f", r.Peer.EventsPerSec), fmt.Sprintf("%.2f×", r.PeerRatio)
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %.0f (%d) | %.2f× | %s | %s | %.3f | %.0f |\n", r.Name, r.EventsPerSec, r.Ceiling.EventsPerSec,
-			r.Ceiling.Concurrency, r.Ratio, peer, pratio, r.CPUSecPer1k, r.AllocsPerEvent)
+		fmt.Fprintf(w, "| %s | %.0f | %.0f (%d) | %.2f× | %s | %s | %.3f | %.0f | %.2f s |\n", r.Name, r.EventsPerSec, r.Ceiling.EventsPerSec,
+			r.Ceiling.Concurrency, r.Ratio, peer, pratio, r.CPUSecPer1k, r.AllocsPerEvent, r.Ramp1k)
 	}
 	for _, r := range with {
 		if r.PeerSkipped != "" {

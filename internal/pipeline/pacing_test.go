@@ -262,10 +262,7 @@ func TestPacingGridKafka(t *testing.T) {
 			}
 			slices.Sort(shares)
 			slices.Sort(goodputs)
-			fail := t.Errorf
-			if c.shortfall {
-				fail = func(format string, args ...any) { t.Logf("a known shortfall: "+format, args...) }
-			}
+			fail := bar(t, c.shortfall)
 			if share := shares[1]; share >= 0.05 {
 				fail("429 share %.2f%% (median of %.2f%%), want below 5%%", 100*share, shares)
 			}
@@ -396,4 +393,17 @@ func TestPerDeviceThrottling(t *testing.T) {
 			t.Errorf("%d requests in the first 45 s, want at least %d: pacing held sends back", first, n)
 		}
 	})
+}
+
+// bar is how a pacing test reports a bar it misses: t.Errorf, or for a
+// known shortfall (docs/pacing.md lists them) a line in the log, so the
+// figure is still read but fails nothing.
+func bar(t *testing.T, shortfall bool) func(format string, args ...any) {
+	if !shortfall {
+		return t.Errorf
+	}
+	return func(format string, args ...any) {
+		t.Helper()
+		t.Logf("a known shortfall: "+format, args...)
+	}
 }
