@@ -15,9 +15,9 @@ import (
 // origin slows the reading of its records instead of sending them round
 // the ladder. It goes back to the ladder only when the origin is halted
 // for longer than its Hold, or holds its share of the waiting of the
-// request's class (tier 1, or the lower tiers) already. Every method decides under the lane's
-// lock and returns what is to be done (grants, events, a signal) for the
-// Pacer to do once the lock is released.
+// request's class (tier 1, or the lower tiers) already. Every method
+// decides under the lane's lock and returns what is to be done (grants,
+// events, a signal) for the Pacer to do once the lock is released.
 type lane struct {
 	origin string
 	cfg    *Config
