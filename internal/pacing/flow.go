@@ -9,20 +9,17 @@ import (
 
 // The concurrency law. Per origin and processor, the sends in flight are
 // bounded by C. A round is the answers to the sends granted after the
-// previous round ended; at its end, with q its median latency and base the
+// previous round ended; at its end, with q its least latency and base the
 // least latency of the last baseWindow:
 //
-//	q > queueTolerance·base (and base + queueFloor)   C = max(MinLimit, ⌈min(n·base/q, r·base)⌉)
+//	q > queueTolerance·base (and base + queueFloor)   C = max(MinLimit, ⌈n·base/q⌉)   (n: the most in flight in the round)
 //	else, if C bound          C = 2·C before the first such cut (slow start), C + ⌈C/8⌉ after
 //
-// (n: the most in flight in the round; r: its answers per second.) A
-// service that queues what it cannot serve at once answers most requests
-// of a round late, and serves r while it is kept busy: what it holds
-// without queueing is r·base, and n·base/q too while the queue is steady,
-// but more while it still builds (q lags it, as when slow start ends).
-// The cut brings the sends in flight back to it, so the queue drains,
-// base is measured again, and no send waits inside the service much
-// longer than half a base round trip. Latency above the base that most
+// A service that queues what it cannot serve at once answers most requests
+// of a round late: what it serves in a base round trip is n·base/q, and the
+// cut brings the sends in flight back to it, so the queue drains, base is
+// measured again, and no send waits inside the service much longer than
+// half a base round trip. Latency above the base that most
 // answers of a round do not share (a slow device, a busy CPU) changes
 // nothing. Only answers the service worked on count: 429s and errors come
 // back fast or not at all.
@@ -46,7 +43,6 @@ type flow struct {
 	peak     int
 	bound    bool
 	lat      []time.Duration
-	roundAt  time.Time // when the round began: the previous one's end
 	// base is the least of two half windows, the current one from baseAt
 	// and for rounds rounds so far.
 	base   [2]time.Duration
@@ -55,7 +51,7 @@ type flow struct {
 }
 
 func newFlow(cfg *Config, now time.Time) flow {
-	return flow{limit: max(cfg.MinLimit, min(startLimit, cfg.MaxLimit)), slowStart: true, baseAt: now, roundAt: now}
+	return flow{limit: max(cfg.MinLimit, min(startLimit, cfg.MaxLimit)), slowStart: true, baseAt: now}
 }
 
 // full tells whether the limit holds the next send back.
@@ -107,8 +103,7 @@ func (f *flow) answer(cfg *Config, now time.Time, seq uint64, latency time.Durat
 	switch {
 	case len(f.lat) >= roundAnswers && float64(q) > queueTolerance*float64(base) && q-base > queueFloor:
 		// (Fewer answers cannot tell a queue from one slow send.)
-		served := float64(len(f.lat)) / now.Sub(f.roundAt).Seconds()
-		f.limit = max(cfg.MinLimit, int(math.Ceil(min(float64(f.peak)*float64(base)/float64(q), served*base.Seconds()))))
+		f.limit = max(cfg.MinLimit, int(math.Ceil(float64(f.peak)*float64(base)/float64(q))))
 		f.slowStart = false
 		cut = f.limit
 	case f.bound && f.slowStart:
@@ -116,7 +111,7 @@ func (f *flow) answer(cfg *Config, now time.Time, seq uint64, latency time.Durat
 	case f.bound:
 		f.limit = min(cfg.MaxLimit, f.limit+(f.limit+7)/8)
 	}
-	f.end, f.peak, f.bound, f.lat, f.rounds, f.roundAt = f.seq+1, f.inFlight, false, f.lat[:0], f.rounds+1, now
+	f.end, f.peak, f.bound, f.lat, f.rounds = f.seq+1, f.inFlight, false, f.lat[:0], f.rounds+1
 	return cut
 }
 
