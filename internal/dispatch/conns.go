@@ -126,7 +126,7 @@ func (c *conns) CloseIdleConnections() {
 		live := h.live[:0]
 		for _, cc := range h.live {
 			if cc.InFlight() == 0 {
-				cc.Close()
+				_ = cc.Close()
 				continue
 			}
 			live = append(live, cc)

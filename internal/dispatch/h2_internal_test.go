@@ -177,10 +177,7 @@ func TestH2GoAwayUnprocessed(t *testing.T) {
 	if err := <-done[2]; !errors.Is(err, errUnprocessed) {
 		t.Errorf("the stream after the GOAWAY's last: %v, want unprocessed", err)
 	}
-	for {
-		if c.Err() != nil {
-			break
-		}
+	for c.Err() == nil {
 		time.Sleep(time.Millisecond)
 	}
 	if c.Reserve() == nil {

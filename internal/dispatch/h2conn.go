@@ -59,7 +59,6 @@ type h2conn struct {
 	windows chan struct{}
 	// broken says why no stream may start: GOAWAY, an error, Close.
 	broken    error
-	goAwayID  uint32 // with GOAWAY: the last stream the service processes
 	idleSince time.Time
 	closing   bool // close once out is written (goAwayAndClose)
 
@@ -131,12 +130,12 @@ func dialH2(ctx context.Context, dial func(ctx context.Context, network, addr st
 		return nil, err
 	}
 	if tc.ConnectionState().NegotiatedProtocol != "h2" {
-		tc.Close()
+		_ = tc.Close()
 		return nil, nil
 	}
 	c, err := newH2Conn(ctx, tc, hook)
 	if err != nil {
-		tc.Close()
+		_ = tc.Close()
 		return nil, err
 	}
 	return c, nil
@@ -164,7 +163,7 @@ func newH2Conn(ctx context.Context, nc net.Conn, hook func()) (*h2conn, error) {
 	if d, ok := ctx.Deadline(); ok {
 		deadline = d
 	}
-	nc.SetDeadline(deadline)
+	_ = nc.SetDeadline(deadline) // a failure shows in the handshake's own error
 	if _, err := nc.Write(c.out); err != nil {
 		return nil, err
 	}
@@ -180,7 +179,7 @@ func newH2Conn(ctx context.Context, nc net.Conn, hook func()) (*h2conn, error) {
 	if err := c.settings(sf); err != nil {
 		return nil, err
 	}
-	nc.SetDeadline(time.Time{})
+	_ = nc.SetDeadline(time.Time{})
 	go c.readLoop()
 	go c.writeLoop()
 	time.AfterFunc(h2IdleTimeout, c.closeIfIdle)
@@ -289,7 +288,7 @@ func (c *h2conn) writeLoop() {
 		closing := c.closing
 		c.mu.Unlock()
 		if len(buf) > 0 {
-			c.nc.SetWriteDeadline(time.Now().Add(h2WriteTimeout))
+			_ = c.nc.SetWriteDeadline(time.Now().Add(h2WriteTimeout)) // the write's error says it
 			if _, err := c.nc.Write(buf); err != nil {
 				c.fail(err)
 				return

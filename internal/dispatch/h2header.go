@@ -50,24 +50,24 @@ func (c *h2conn) encodeLocked(req *http.Request, n int64) error {
 		return fmt.Errorf("http2: request headers of %d bytes, the push service takes %d", size, c.maxHeaderList)
 	}
 	c.hbuf.b = c.hbuf.b[:0]
-	c.henc.WriteField(hpack.HeaderField{Name: ":method", Value: req.Method})
-	c.henc.WriteField(hpack.HeaderField{Name: ":scheme", Value: "https"})
-	c.henc.WriteField(hpack.HeaderField{Name: ":authority", Value: host})
-	c.henc.WriteField(hpack.HeaderField{Name: ":path", Value: path, Sensitive: true})
+	_ = c.henc.WriteField(hpack.HeaderField{Name: ":method", Value: req.Method})
+	_ = c.henc.WriteField(hpack.HeaderField{Name: ":scheme", Value: "https"})
+	_ = c.henc.WriteField(hpack.HeaderField{Name: ":authority", Value: host})
+	_ = c.henc.WriteField(hpack.HeaderField{Name: ":path", Value: path, Sensitive: true})
 	for k, vs := range req.Header {
 		name := lowerRequestHeader(k)
 		if skipRequestHeader(name) {
 			continue
 		}
 		for _, v := range vs {
-			c.henc.WriteField(hpack.HeaderField{Name: name, Value: v})
+			_ = c.henc.WriteField(hpack.HeaderField{Name: name, Value: v})
 		}
 	}
 	if n > 0 {
-		c.henc.WriteField(hpack.HeaderField{Name: "content-length", Value: contentLength(n)})
+		_ = c.henc.WriteField(hpack.HeaderField{Name: "content-length", Value: contentLength(n)})
 	}
 	if !ua {
-		c.henc.WriteField(hpack.HeaderField{Name: "user-agent", Value: userAgent})
+		_ = c.henc.WriteField(hpack.HeaderField{Name: "user-agent", Value: userAgent})
 	}
 	return nil
 }

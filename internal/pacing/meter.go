@@ -65,19 +65,3 @@ func (m *meter) rates(now time.Time) (sent, accepted, throttled float64) {
 // A reading spans readTenths tenths of sending, more until readAnswers
 // answers are in.
 const readAnswers, readTenths = 50, 10
-
-// recent is the 429 share of the newest tenths holding min answers or
-// more, up to a second of them.
-func (m *meter) recent(now time.Time, min int) float64 {
-	at := now.UnixMilli() / 100
-	var a, k int
-	for i := at; i > at-10 && a+k < min; i-- {
-		if t := &m.ticks[i%int64(len(m.ticks))]; t.at == i {
-			a, k = a+t.accepted, k+t.throttled
-		}
-	}
-	if a+k == 0 {
-		return 0
-	}
-	return float64(k) / float64(a+k)
-}

@@ -117,13 +117,3 @@ func (q *queue) shed(pause time.Duration, now time.Time) []granted {
 func queued(k int, rate float64) time.Duration {
 	return time.Duration(float64(k) / rate * float64(time.Second))
 }
-
-// all takes out every waiter.
-func (q *queue) all() []*waiter {
-	var out []*waiter
-	for i := range q.tiers {
-		out, q.tiers[i] = append(out, q.tiers[i]...), nil
-	}
-	q.n = 0
-	return out
-}

@@ -146,8 +146,7 @@ func scenarioCrashRecovery(protocol string) func(t *testing.T) row {
 			}
 			resumed := make(map[string]time.Time)
 			for _, d := range ds {
-				id := string(d.Payload)
-				if p := partOf[id]; waiting[p] && d.At.After(k.at) {
+				if p := partOf[string(d.Payload)]; waiting[p] && d.At.After(k.at) {
 					if _, ok := resumed[p]; !ok {
 						resumed[p] = d.At
 					}
