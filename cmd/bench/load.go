@@ -208,17 +208,14 @@ func (o *outcomeReader) run(ctx context.Context, cl *kgo.Client) {
 func (o *outcomeReader) nth(k int) time.Time {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	ts := make([]time.Time, 0, len(o.outs))
+	var ts []time.Time
 	for _, out := range o.outs {
 		if out != nil {
 			ts = append(ts, out.received)
 		}
 	}
-	if len(ts) == 0 {
-		return time.Time{}
-	}
 	slices.SortFunc(ts, time.Time.Compare)
-	return ts[min(k, len(ts))-1]
+	return append([]time.Time{{}}, ts...)[min(k, len(ts))] // [0]: none yet
 }
 
 // readToEnd reads topics from their start up to their end offsets at the
