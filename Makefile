@@ -89,7 +89,7 @@ test-long:
 # every case of tier 1 ahead of a flood (internal/pipeline). Without the
 # race detector. GRID_REPORT=docs/grid rewrites the grid's tables there.
 test-pacing-grid:
-	$(GO) test -count=1 -timeout 20m -run '^(TestGrid|TestGridQueueing|TestGridStrict|TestGridDevices|TestGridChanges|TestGridMembership)$$' ./internal/pacing $(if $(GRID_REPORT),-args -grid.report $(abspath $(GRID_REPORT)))
+	$(GO) test -count=1 -timeout 20m -run '^(TestGrid|TestGridQueueing|TestGridContended|TestGridStrict|TestGridDevices|TestGridChanges|TestGridMembership)$$' ./internal/pacing $(if $(GRID_REPORT),-args -grid.report $(abspath $(GRID_REPORT)))
 	$(GO) test -count=1 -timeout 20m -run '^(TestPacingGridKafka|TestQueueingServiceKafka|TestTier1BehindFlood)$$' ./internal/pipeline
 
 # Offline checks of the Dockerfile, docker-compose.yml and the Helm chart
