@@ -3,6 +3,7 @@ package pacing
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,10 +19,7 @@ func TestGridSeeds(t *testing.T) {
 	if n == 0 {
 		t.Skip("GRID_SEEDS not set")
 	}
-	var cells []cell
-	for _, g := range [][]cell{bucketGrid(), contendedGrid(), queueingGrid(), strictGrid(), devicesGrid(), changesGrid()} {
-		cells = append(cells, g...)
-	}
+	cells := slices.Concat(bucketGrid(), contendedGrid(), queueingGrid(), strictGrid(), devicesGrid(), changesGrid())
 	missed, listed := 0, 0
 	for _, c := range cells {
 		if !selected(c.name) {
