@@ -9,22 +9,25 @@ import (
 
 // The concurrency law. Per origin and processor, the sends in flight are
 // bounded by C. A round is the answers to the sends granted after the
-// previous round ended; at its end, with q its least latency and base the
-// least latency of the last baseWindow:
+// previous round ended; at its end, with least and q its least and median
+// latency and base the least latency of the last baseWindow:
 //
-//	q > queueTolerance·base (and base + queueFloor)   C = max(MinLimit, ⌈n·base/q⌉)   (n: the most in flight in the round)
+//	least > queueTolerance·base (and base + queueFloor)   C = max(MinLimit, ⌈n·base/q⌉)   (n: the most in flight in the round)
 //	else, if C bound          C = 2·C before the first such cut (slow start), C + ⌈C/8⌉ after
 //
-// A service that queues what it cannot serve at once answers most requests
-// of a round late: what it serves in a base round trip is n·base/q, and the
-// cut brings the sends in flight back to it, so the queue drains, base is
-// measured again, and no send waits inside the service much longer than
-// half a base round trip. Latency above the base that most
-// answers of a round do not share (a slow device, a busy CPU) changes
-// nothing. Only answers the service worked on count: 429s and errors come
-// back fast or not at all.
+// A service that queues what it cannot serve at once delays every answer
+// of a round, the fastest too: that is the test of a queue. What it serves
+// in a base round trip is then n·base/q, and the cut brings the sends in
+// flight back to it, so the queue drains, base is measured again, and no
+// send waits inside the service much longer than half a base round trip.
+// Latency that not every answer of a round shares — a busy CPU delaying
+// answers at random, a slow device — is not a queue and changes nothing:
+// judged by its median, a round on a contended CPU read as a queue and
+// cut C to its floor at any load (TestGridContended: 9-141/s against
+// limits of 100-3,000/s). Only answers the service worked on count: 429s
+// and errors come back fast or not at all.
 const (
-	queueTolerance = 1.3
+	queueTolerance = 1.15
 	baseWindow     = 10 * time.Second
 	startLimit     = 4
 	// queueFloor: latency within this of the base is a busy CPU or a new
@@ -95,13 +98,13 @@ func (f *flow) answer(cfg *Config, now time.Time, seq uint64, latency time.Durat
 	if seq < f.end {
 		return 0
 	}
-	base, q := f.baseRTT(), time.Duration(0)
+	base, least, q := f.baseRTT(), time.Duration(0), time.Duration(0)
 	if len(f.lat) > 0 {
 		slices.SortFunc(f.lat, func(a, b time.Duration) int { return cmp.Compare(a, b) })
-		q = f.lat[len(f.lat)/2]
+		least, q = f.lat[0], f.lat[len(f.lat)/2]
 	}
 	switch {
-	case len(f.lat) >= roundAnswers && float64(q) > queueTolerance*float64(base) && q-base > queueFloor:
+	case len(f.lat) >= roundAnswers && float64(least) > queueTolerance*float64(base) && least-base > queueFloor:
 		// (Fewer answers cannot tell a queue from one slow send.)
 		f.limit = max(cfg.MinLimit, int(math.Ceil(float64(f.peak)*float64(base)/float64(q))))
 		f.slowStart = false

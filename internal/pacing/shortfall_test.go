@@ -17,6 +17,7 @@ var shortfalls = map[string]string{
 	"workers=8/latency=50ms/processors=3/busy=true":             "p99 wait inside the service up to 8% over the base latency",
 	"workers=8/latency=300ms/processors=3/busy=false":           "p99 wait inside the service up to 8% over the base latency",
 	"workers=8/latency=300ms/processors=3/busy=true":            "p99 wait inside the service up to 8% over the base latency",
+	"workers=8/latency=1s/processors=1/busy=false":              "p99 wait inside the service up to 8% over the base latency",
 	"workers=8/latency=1s/processors=1/busy=true":               "p99 wait inside the service up to 8% over the base latency",
 	"workers=8/latency=1s/processors=3/busy=false":              "p99 wait inside the service up to 8% over the base latency",
 	"workers=8/latency=1s/processors=3/busy=true":               "p99 wait inside the service up to 8% over the base latency",
@@ -27,21 +28,16 @@ var shortfalls = map[string]string{
 	"devices=5%/limit=20/latency=250ms/window=64/processors=1":  "429 share 13.6%, want under 5% over the devices'",
 	"devices=5%/limit=2000/latency=5ms/window=256/processors=1": "goodput 65-75%, want 80%",
 	"devices=5%/limit=2000/latency=5ms/window=256/processors=3": "goodput 65-75%, want 80%",
-	// A contended CPU's latency read as a queue: every round's median is
-	// half a latency over the least, so each round cuts to the floor.
-	"contended/limit=100/latency=50ms/processors=1":   "goodput 48/s, want 90% of 100",
-	"contended/limit=100/latency=250ms/processors=1":  "goodput 9/s, want 90% of 100",
-	"contended/limit=100/latency=250ms/processors=3":  "goodput 27/s, want 90% of 100",
-	"contended/limit=500/latency=50ms/processors=1":   "goodput 48/s, want 90% of 500",
-	"contended/limit=500/latency=50ms/processors=3":   "goodput 141/s, want 90% of 500",
-	"contended/limit=500/latency=250ms/processors=1":  "goodput 9/s, want 90% of 500",
-	"contended/limit=500/latency=250ms/processors=3":  "goodput 27/s, want 90% of 500",
-	"contended/limit=3000/latency=50ms/processors=1":  "goodput 48/s, want 90% of 3000",
-	"contended/limit=3000/latency=50ms/processors=3":  "goodput 141/s, want 90% of 3000",
-	"contended/limit=3000/latency=250ms/processors=1": "goodput 9/s, want 90% of 3000",
-	"contended/limit=3000/latency=250ms/processors=3": "goodput 27/s, want 90% of 3000",
-	"limit=500/latency=50ms/leave=crash":              "the group not within 10% of the limit the second after a member leaves",
-	"limit=500/latency=50ms/leave=graceful":           "the group not within 10% of the limit the second after a member leaves",
-	"limit=3000/latency=50ms/leave=crash":             "the group not within 10% of the limit the second after a member leaves",
-	"limit=3000/latency=50ms/leave=graceful":          "the group not within 10% of the limit the second after a member leaves",
+	// A contended CPU at 100 and 500/s: rounds of a few answers, all of
+	// them late by chance, read as a queue now and then (the contended
+	// cells at 3,000/s, and at 250 ms with 500/s, meet their bars).
+	"contended/limit=100/latency=50ms/processors=1":  "goodput 54/s, want 90% of 100",
+	"contended/limit=100/latency=250ms/processors=1": "goodput 18/s, want 90% of 100",
+	"contended/limit=100/latency=250ms/processors=3": "goodput 67/s, want 90% of 100",
+	"contended/limit=500/latency=50ms/processors=1":  "goodput 178/s, want 90% of 500",
+	"contended/limit=500/latency=50ms/processors=3":  "goodput 165/s, want 90% of 500",
+	"limit=500/latency=50ms/leave=crash":             "the group not within 10% of the limit the second after a member leaves",
+	"limit=500/latency=50ms/leave=graceful":          "the group not within 10% of the limit the second after a member leaves",
+	"limit=3000/latency=50ms/leave=crash":            "the group not within 10% of the limit the second after a member leaves",
+	"limit=3000/latency=50ms/leave=graceful":         "the group not within 10% of the limit the second after a member leaves",
 }
