@@ -318,7 +318,9 @@ func (l *lane) apply(s Signal, now time.Time) effects {
 		l.pump(now, &fx)
 		return fx
 	case SignalQueue:
-		if l.flow.queued(l.cfg) {
+		// A word of a queue is the service's state then: a processor that
+		// starts and reads an old one from the topic judges for itself.
+		if now.Sub(s.At) <= peerFresh && l.flow.queued(l.cfg) {
 			fx.events = append(fx.events, Event{At: now, Origin: l.origin, Kind: "queue", Limit: l.flow.limit, Peer: true})
 		}
 	}

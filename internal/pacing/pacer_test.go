@@ -301,6 +301,26 @@ func TestGroupShares(t *testing.T) {
 	})
 }
 
+// TestQueueWordIsFresh: another processor's word that the origin queues
+// ends slow start here (the limit halves) only while it is fresh; one read
+// back from the topic by a processor that starts tells of the service as
+// it was, and a new owner judges for itself.
+func TestQueueWordIsFresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPacer(t, nil)
+		p.Apply(pacing.Signal{Origin: origin, From: "b", At: time.Now(), Kind: pacing.SignalRate})
+		start := lane(t, p).Limit
+		p.Apply(pacing.Signal{Origin: origin, From: "b", At: time.Now().Add(-4 * time.Second), Kind: pacing.SignalQueue})
+		if got := lane(t, p).Limit; got != start {
+			t.Errorf("after a queue word 4 s old: limit %d, want %d as at the start", got, start)
+		}
+		p.Apply(pacing.Signal{Origin: origin, From: "b", At: time.Now(), Kind: pacing.SignalQueue})
+		if got, want := lane(t, p).Limit, start/2; got != want {
+			t.Errorf("after a fresh queue word: limit %d, want %d (half)", got, want)
+		}
+	})
+}
+
 // TestHaltHoldsTheGroup: a halt one processor signals holds here too.
 func TestHaltHoldsTheGroup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

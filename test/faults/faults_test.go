@@ -567,13 +567,7 @@ func scenarioScaleOut(t *testing.T) row {
 		t.Errorf("workload too small: only %d events left after the measurements", left)
 	}
 	if three <= one*1.2 {
-		// A known shortfall (docs/reliability.md, Known limits): on these
-		// two cores the pacer reads the latency three processors add to
-		// each other's answers as the service queueing, and the 5% of
-		// devices answering 429 as its limit, so the group shares what
-		// one processor got. With --pacing=false the same run rises
-		// 2.4-fold; the ledger's checks below stay hard.
-		t.Logf("a known shortfall: throughput %.0f requests/s with 3 processors, %.0f with 1: want it to rise (by more than 20%%)", three, one)
+		t.Errorf("throughput %.0f requests/s with 3 processors, %.0f with 1: want it to rise by more than 20%%", three, one)
 	}
 	if err := c.ledger.waitAll(ctx, evs); err != nil {
 		t.Errorf("%v (%d missing)", err, c.ledger.missing(evs))

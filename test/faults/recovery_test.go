@@ -167,14 +167,7 @@ func scenarioCrashRecovery(protocol string) func(t *testing.T) row {
 			}
 			worst = max(worst, slowest)
 			if allowed := recoveryResume + ks[len(ks)-1].at.Sub(k.at); slowest > allowed {
-				fail := t.Errorf
-				if protocol == "consumer" {
-					// A known shortfall (docs/reliability.md, Known
-					// limits): on the embedded broker's KIP-848 group
-					// some partitions come back 25-35 s after a kill.
-					fail = func(format string, args ...any) { t.Logf("a known shortfall: "+format, args...) }
-				}
-				fail("%s: a partition waited %s after the kill, want at most %s (10 s after the last kill)", k.name, secs(slowest), secs(allowed))
+				t.Errorf("%s: a partition waited %s after the kill, want at most %s (10 s after the last kill)", k.name, secs(slowest), secs(allowed))
 			}
 			perKill = append(perKill, fmt.Sprintf("%s: %d deliveries in the air (%d requests in the %s before the kill), %d partitions waiting, %d of them sent from again within %s, all within %s",
 				k.name, inAir, inWindow, recoveryLatency, len(waiting), within, recoveryResume, secs(slowest)))
