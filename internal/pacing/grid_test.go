@@ -291,6 +291,13 @@ func devicesGrid() []cell {
 				svc: service{limit: c.limit, latency: c.latency, device429: 0.05}, procs: n, window: c.window, seconds: 40, minGoodput: 0.8})
 		}
 	}
+	// A processor joining mid-run, while devices are throttled: it takes
+	// the group's estimate and must judge the devices' 429s as the group
+	// does, not as a limit.
+	for _, limit := range []float64{0, 500} {
+		cells = append(cells, cell{name: fmt.Sprintf("devices=5%%/limit=%v/latency=50ms/window=256/processors=1/join=15", limit),
+			svc: service{limit: limit, latency: 50 * ms, device429: 0.05}, procs: 1, window: 256, seconds: 40, joinAt: 15, minGoodput: 0.8})
+	}
 	return cells
 }
 

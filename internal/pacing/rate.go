@@ -24,7 +24,9 @@ import (
 // Cuts come from a Bernoulli CUSUM over the answers to the sends granted
 // since t0: each adds ln(p1/p0) when it is a 429 and ln((1−p1)/(1−p0))
 // when not, the sum kept at 0 or more; at cusumH, on MinSamples answers at
-// least, it cuts. Once a limit is known, p0 = b + bMargin and p1 = b +
+// least, it cuts; where answers come fast, at h such that a share of p0
+// would reach it by chance once in falseCutEvery (threshold). Once a limit
+// is known, p0 = b + bMargin and p1 = b +
 // CutRate, where b, the background (devices throttled one by one, whatever
 // the rate), is the least 429 share of the answers to sends granted below
 // W, what the origin was just seen to accept, in the last epochs that had
@@ -37,9 +39,11 @@ const (
 	// growDouble: E reaches twice W this long after a cut.
 	growDouble = 9 * time.Second
 	cusumH     = 4.0
-	epochsKept = 4
-	bMargin    = 0.01
-	minRate    = 0.5 // sends per second
+	// falseCutEvery: how seldom a background share may cut by chance.
+	falseCutEvery = time.Minute
+	epochsKept    = 4
+	bMargin       = 0.01
+	minRate       = 0.5 // sends per second
 	// tokenSpan is how much of the rate the send bucket holds: sends are
 	// spread, so an origin that allows little burst sees none.
 	tokenSpan = 10 * time.Millisecond
@@ -89,8 +93,9 @@ func (r *rateLaw) estimate(now time.Time, accepted float64) float64 {
 func (r *rateLaw) below(e float64) bool { return r.known && e < r.w }
 
 // observe judges an answer to a send granted at granted (below: while E
-// was below W) and reports whether it is time to cut.
-func (r *rateLaw) observe(granted time.Time, below, throttled bool) bool {
+// was below W), answers coming at perSec, and reports whether it is time
+// to cut.
+func (r *rateLaw) observe(granted time.Time, below, throttled bool, perSec float64) bool {
 	if granted.Before(r.t0) {
 		return false // sent before the last change: says nothing of it
 	}
@@ -111,7 +116,16 @@ func (r *rateLaw) observe(granted time.Time, below, throttled bool) bool {
 			r.bk++
 		}
 	}
-	return r.cusum >= cusumH && r.n >= r.cfg.MinSamples
+	return r.cusum >= threshold(p0, p1, perSec) && r.n >= r.cfg.MinSamples
+}
+
+// threshold is the evidence a cut needs: cusumH, or more where answers
+// come fast enough that a share of p0 would reach cusumH by chance more
+// often than once in falseCutEvery. (The CUSUM's run length at p0 is about
+// e^h/KL(p0‖p1) answers, Siegmund's approximation.)
+func threshold(p0, p1, perSec float64) float64 {
+	kl := p0*math.Log(p0/p1) + (1-p0)*math.Log((1-p0)/(1-p1))
+	return max(cusumH, math.Log(perSec*falseCutEvery.Seconds()*kl))
 }
 
 // cut starts a new epoch at now on what the group got accepted; the epoch
