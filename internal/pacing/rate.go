@@ -40,7 +40,7 @@ const (
 	growDouble = 9 * time.Second
 	cusumH     = 4.0
 	// falseCutEvery: how seldom a background share may cut by chance.
-	falseCutEvery = time.Minute
+	falseCutEvery = 10 * time.Second
 	epochsKept    = 4
 	bMargin       = 0.01
 	minRate       = 0.5 // sends per second

@@ -13,7 +13,7 @@ import (
 // answers come, before a limit is known (slow start judges 5% against
 // 20%) or after (against the background). With the threshold fixed at
 // cusumH, a processor answered 2,000 times a second cut in slow start
-// every second or so, and each false cut took what the group sent then
+// 111 times a minute, and each false cut took what the group sent then
 // as the origin's limit (fault scenario 5: three processors sent what one
 // had).
 func TestFalseCutsPerMinute(t *testing.T) {
@@ -42,7 +42,9 @@ func TestFalseCutsPerMinute(t *testing.T) {
 						r.restore(start)
 					}
 				}
-				if got, want := float64(cuts)/seconds*60, 4.0; got > want {
+				// One in falseCutEvery on average; twice that is
+				// chance, ten times the old threshold's doing.
+				if got, want := float64(cuts)/seconds*60, 2*time.Minute.Seconds()/falseCutEvery.Seconds(); got > want {
 					t.Errorf("%d false cuts in %d s (%.1f a minute), want at most %.0f a minute", cuts, seconds, got, want)
 				}
 			})
@@ -57,8 +59,8 @@ func TestThreshold(t *testing.T) {
 	}{
 		{0.01, 0.05, 20, cusumH},  // few answers: the evidence of old
 		{0.06, 0.10, 20, cusumH},  // likewise
-		{0.06, 0.10, 2000, 7.11},  // ln(2000·60·KL(6%‖10%))
-		{0.05, 0.20, 10000, 10.9}, // slow start's 5% against 20%
+		{0.06, 0.10, 2000, 5.32},  // ln(2000·10·KL(6%‖10%))
+		{0.05, 0.20, 10000, 9.15}, // slow start's 5% against 20%
 	}
 	for _, tt := range tests {
 		if got := threshold(tt.p0, tt.p1, tt.perSec); got < tt.want-0.05 || got > tt.want+0.05 {
