@@ -230,7 +230,8 @@ func (l *lane) done(s *Slot, r push.Result, now time.Time) effects {
 		l.changed(st, now, false, &fx)
 	}
 	// Half-open, the breaker judges the probes; the rate law waits.
-	if sent, _, _ := l.meter.rates(now); !s.probe && l.rate.observe(s.granted, s.below, throttled, sent) {
+	sent := func() float64 { r, _, _ := l.meter.rates(now); return r }
+	if !s.probe && l.rate.observe(s.granted, s.below, throttled, sent) {
 		l.cut(now, &fx)
 	}
 	l.report(now, &fx)

@@ -93,9 +93,9 @@ func (r *rateLaw) estimate(now time.Time, accepted float64) float64 {
 func (r *rateLaw) below(e float64) bool { return r.known && e < r.w }
 
 // observe judges an answer to a send granted at granted (below: while E
-// was below W), answers coming at perSec, and reports whether it is time
-// to cut.
-func (r *rateLaw) observe(granted time.Time, below, throttled bool, perSec float64) bool {
+// was below W), answers coming at perSec() (read only when the evidence
+// is past cusumH), and reports whether it is time to cut.
+func (r *rateLaw) observe(granted time.Time, below, throttled bool, perSec func() float64) bool {
 	if granted.Before(r.t0) {
 		return false // sent before the last change: says nothing of it
 	}
@@ -116,7 +116,7 @@ func (r *rateLaw) observe(granted time.Time, below, throttled bool, perSec float
 			r.bk++
 		}
 	}
-	return r.cusum >= threshold(p0, p1, perSec) && r.n >= r.cfg.MinSamples
+	return r.cusum >= cusumH && r.n >= r.cfg.MinSamples && r.cusum >= threshold(p0, p1, perSec())
 }
 
 // threshold is the evidence a cut needs: cusumH, or more where answers

@@ -36,7 +36,7 @@ func TestFalseCutsPerMinute(t *testing.T) {
 				cuts := 0
 				for i := range seconds * perSec {
 					at := now.Add(time.Duration(i) * time.Second / time.Duration(perSec))
-					if r.observe(at, known, rng.Float64() < share, float64(perSec)) {
+					if r.observe(at, known, rng.Float64() < share, func() float64 { return float64(perSec) }) {
 						cuts++
 						start.t0 = at
 						r.restore(start)
