@@ -43,6 +43,7 @@ type Metrics struct {
 	vapidRejected metric.Int64Counter
 	// The consumer's (consume.go).
 	skippedDone, commitFailures metric.Int64Counter
+	membersRemoved              metric.Int64Counter
 	resume                      metric.Float64Histogram
 	// attrs are the label sets of the per-record hooks, built once.
 	attrs hotAttrs

@@ -70,9 +70,14 @@ func (n Names) Outputs() []string { return []string{n.DLQ(), n.Gone(), n.Outcome
 // which processors share their pacing (internal/share).
 func (n Names) Pacing() string { return n.Prefix + "pacing" }
 
+// Members is the topic on which the processors of a group beat, keyed
+// by group, so that a killed one is removed from the group within seconds
+// (internal/members).
+func (n Names) Members() string { return n.Prefix + "members" }
+
 // All lists every topic of the topology.
 func (n Names) All(p *tiers.Policy) []string {
-	return append(append(n.Inputs(p), n.Outputs()...), n.Pacing())
+	return append(append(n.Inputs(p), n.Outputs()...), n.Pacing(), n.Members())
 }
 
 // Parse maps a consumed topic back to its tier and step.

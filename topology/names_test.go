@@ -14,7 +14,7 @@ var contractTopics = []string{
 	"push.tier1", "push.tier1.retry-2s", "push.tier1.retry-8s", "push.tier1.retry-60s",
 	"push.tier2", "push.tier2.retry-2s", "push.tier2.retry-8s", "push.tier2.retry-60s",
 	"push.tier3", "push.tier3.retry-8s", "push.tier3.retry-60s",
-	"push.dlq", "push.gone", "push.outcomes", "push.pacing",
+	"push.dlq", "push.gone", "push.outcomes", "push.pacing", "push.members",
 }
 
 func TestNamesAllMatchesContract(t *testing.T) {

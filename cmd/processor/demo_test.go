@@ -374,7 +374,7 @@ func TestTopicsEnsureCommand(t *testing.T) {
 	check("second run", status, "ok")
 
 	code, status, stderr = ensure("5")
-	if code != 1 || !strings.Contains(stderr, "15 topics differ from the spec") {
+	if code != 1 || !strings.Contains(stderr, "16 topics differ from the spec") {
 		t.Errorf("run asking 5 partitions: exit %d, want 1 naming the drift; stderr:\n%s", code, stderr)
 	}
 	check("run asking 5 partitions", status, "drift: has 3 partitions, spec asks 5")

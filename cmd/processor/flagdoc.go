@@ -34,7 +34,7 @@ var flagGroups = map[string]string{
 
 	"brokers": "Kafka", "group": "Kafka", "instance-id": "Kafka",
 	"embedded": "Kafka", "embedded-addr": "Kafka", "data-dir": "Kafka",
-	"group-protocol": "Kafka", "session-timeout": "Kafka", "heartbeat-interval": "Kafka",
+	"group-protocol": "Kafka", "session-timeout": "Kafka", "heartbeat-interval": "Kafka", "remove-silent-after": "Kafka",
 
 	"max-in-flight": "Delivery", "max-held": "Delivery", "retry-lateness": "Delivery",
 	"default-ttl": "Delivery", "send-timeout": "Delivery", "drain-timeout": "Delivery",

@@ -17,16 +17,18 @@ type membership struct {
 	Protocol          string
 	SessionTimeout    time.Duration
 	HeartbeatInterval time.Duration
+	RemoveSilentAfter time.Duration
 }
 
 func defaultMembership(pc pipeline.Config) membership {
-	return membership{Protocol: pc.GroupProtocol, SessionTimeout: pc.SessionTimeout, HeartbeatInterval: pc.HeartbeatInterval}
+	return membership{Protocol: pc.GroupProtocol, SessionTimeout: pc.SessionTimeout, HeartbeatInterval: pc.HeartbeatInterval, RemoveSilentAfter: pc.RemoveSilentAfter}
 }
 
 func (m *membership) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.Protocol, "group-protocol", m.Protocol, "consumer group protocol: consumer (KIP-848, Kafka 4.0+: the brokers' group.consumer.* settings set the session), classic, or auto (consumer where the brokers serve it, classic for a static member: --instance-id)")
 	fs.DurationVar(&m.SessionTimeout, "session-timeout", m.SessionTimeout, "classic protocol: how long the group waits for a member that stopped heartbeating, so how long a crashed processor's partitions wait; within the brokers' group.min/max.session.timeout.ms")
 	fs.DurationVar(&m.HeartbeatInterval, "heartbeat-interval", m.HeartbeatInterval, "classic protocol: how often the member heartbeats; below --session-timeout")
+	fs.DurationVar(&m.RemoveSilentAfter, "remove-silent-after", m.RemoveSilentAfter, "both protocols: remove from the group a processor whose beats on push.members stopped this long ago, so a killed processor's partitions wait this long rather than its session; 0 leaves it to the session")
 }
 
 // validate names each flag out of range.
@@ -43,6 +45,9 @@ func (m *membership) validate() []error {
 	if m.HeartbeatInterval < 10*time.Millisecond || m.HeartbeatInterval >= m.SessionTimeout {
 		errs = append(errs, fmt.Errorf("--heartbeat-interval: %s, want 10ms or more and below --session-timeout (%s)", m.HeartbeatInterval, m.SessionTimeout))
 	}
+	if m.RemoveSilentAfter != 0 && (m.RemoveSilentAfter < time.Second || m.RemoveSilentAfter > time.Hour) {
+		errs = append(errs, fmt.Errorf("--remove-silent-after: %s, want 0 (never) or 1s..1h", m.RemoveSilentAfter))
+	}
 	return errs
 }
 
@@ -52,4 +57,5 @@ func (m *membership) apply(pc *pipeline.Config, instanceID string) {
 	pc.GroupProtocol = m.Protocol
 	pc.SessionTimeout = m.SessionTimeout
 	pc.HeartbeatInterval = m.HeartbeatInterval
+	pc.RemoveSilentAfter = m.RemoveSilentAfter
 }

@@ -159,5 +159,10 @@ func configsFor(topic string, names topology.Names, spec Spec) map[string]*strin
 		policy, hour := "compact,delete", strconv.FormatInt(time.Hour.Milliseconds(), 10)
 		cfg["cleanup.policy"], cfg["retention.ms"] = &policy, &hour
 	}
+	if topic == names.Members() {
+		// Beats are read from the end only: ten minutes is plenty.
+		ten := strconv.FormatInt((10 * time.Minute).Milliseconds(), 10)
+		cfg["retention.ms"] = &ten
+	}
 	return cfg
 }

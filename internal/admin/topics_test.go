@@ -57,8 +57,8 @@ func TestEnsureTopicsCreatesFullSetAndIsIdempotent(t *testing.T) {
 
 	want := names.All(&policy)
 	slices.Sort(want)
-	if len(want) != 15 {
-		t.Fatalf("topology has %d topics, want the contract's 14 and push.pacing: %v", len(want), want)
+	if len(want) != 16 {
+		t.Fatalf("topology has %d topics, want the contract's 14, push.pacing and push.members: %v", len(want), want)
 	}
 
 	first, err := Ensure(ctx, adm, names, &policy, spec)
@@ -137,6 +137,8 @@ func TestEnsureTopicsSetsConfigs(t *testing.T) {
 			wantRetention = spec.DLQRetention
 		case names.Pacing():
 			wantRetention = time.Hour
+		case names.Members():
+			wantRetention = 10 * time.Minute
 		}
 		if got["retention.ms"] != strconv.FormatInt(wantRetention.Milliseconds(), 10) {
 			t.Errorf("%s retention.ms = %q, want %s", topic, got["retention.ms"], wantRetention)

@@ -139,6 +139,7 @@ type Consumer struct {
 	runners *runners
 
 	joined, draining atomic.Bool
+	protocol         atomic.Value // ProtocolClassic or ProtocolConsumer, once Run knows (checkProtocol)
 	produceFailures  atomic.Int64
 
 	// The longest a hand-off waits for the records in flight, and then for

@@ -66,6 +66,7 @@ func (c *Consumer) wants848() bool {
 func (c *Consumer) checkProtocol(ctx context.Context) error {
 	if !c.wants848() {
 		c.log.Info("consumer group protocol", "protocol", ProtocolClassic, "asked", c.cfg.Protocol, "static", c.cfg.InstanceID != "")
+		c.protocol.Store(ProtocolClassic)
 		return nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -90,10 +91,21 @@ func (c *Consumer) checkProtocol(ctx context.Context) error {
 	switch {
 	case serves:
 		c.log.Info("consumer group protocol", "protocol", ProtocolConsumer, "asked", c.cfg.Protocol)
+		c.protocol.Store(ProtocolConsumer)
 	case c.cfg.Protocol == ProtocolConsumer:
 		return fmt.Errorf("group protocol %s: the brokers do not serve KIP-848 consumer groups (ConsumerGroupHeartbeat v1, Kafka 4.0 and later); use %s or %s", ProtocolConsumer, ProtocolClassic, ProtocolAuto)
 	default:
 		c.log.Info("consumer group protocol", "protocol", ProtocolClassic, "asked", c.cfg.Protocol, "why", "the brokers do not serve KIP-848")
+		c.protocol.Store(ProtocolClassic)
 	}
 	return nil
+}
+
+// Member tells the group member this consumer is now ("" before it has
+// joined) and the protocol it joined with ("" until Run has asked the
+// brokers, or when it could not).
+func (c *Consumer) Member() (id, protocol string) {
+	id, _ = c.cl.GroupMetadata()
+	protocol, _ = c.protocol.Load().(string)
+	return id, protocol
 }

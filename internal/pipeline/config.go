@@ -22,6 +22,7 @@ import (
 	"github.com/tierpush/tierpush/internal/deliver"
 	"github.com/tierpush/tierpush/internal/dispatch"
 	"github.com/tierpush/tierpush/internal/event"
+	"github.com/tierpush/tierpush/internal/members"
 	"github.com/tierpush/tierpush/internal/pacing"
 	"github.com/tierpush/tierpush/internal/share"
 	"github.com/tierpush/tierpush/tiers"
@@ -46,6 +47,12 @@ type Config struct {
 	// session (KIP-848 takes the broker's): a crashed member's partitions
 	// wait this long for another. Defaults 6s and 1s.
 	SessionTimeout, HeartbeatInterval time.Duration
+	// RemoveSilentAfter removes from the group a member whose beats on
+	// the members topic stopped this long ago while this processor's
+	// went through (internal/members): a killed processor's partitions
+	// wait this long, not its session. 0 leaves it to the session.
+	// Default 3s.
+	RemoveSilentAfter time.Duration
 
 	// ExtraInputs are the retry topics of steps dropped from a ladder
 	// (admin.DroppedSteps finds those that still hold records), consumed
@@ -134,6 +141,7 @@ func DefaultConfig() Config {
 		GroupProtocol:     consume.ProtocolAuto,
 		SessionTimeout:    6 * time.Second,
 		HeartbeatInterval: time.Second,
+		RemoveSilentAfter: 3 * time.Second,
 	}
 }
 
@@ -176,6 +184,7 @@ type Processor struct {
 	*consume.Consumer
 	pacer *pacing.Pacer
 	share *share.Exchange // nil when pacing is not shared
+	watch *members.Watch  // nil when silent members are left to the session
 	stats *deliver.Stats
 }
 
@@ -237,10 +246,10 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 	if err != nil {
 		return nil, fmt.Errorf("pacing: %w", err)
 	}
+	if cfg.Instance == "" {
+		cfg.Instance = defaultInstance()
+	}
 	if cfg.SharePacing && cfg.Pacing.Enabled {
-		if cfg.Instance == "" {
-			cfg.Instance = defaultInstance()
-		}
 		// kopts only: options added with WithClientOpts (metric hooks that
 		// register once per process) are the consumer client's.
 		ex, err = share.New(share.Config{Topic: cfg.Names.Pacing(), From: cfg.Instance, Now: cfg.Now}, log, pacer, kopts)
@@ -280,22 +289,46 @@ func New(cfg Config, log *slog.Logger, sender dispatch.Sender, signer *topology.
 	if err != nil {
 		return nil, err
 	}
-	return &Processor{Consumer: c, pacer: pacer, share: ex, stats: stats}, nil
+	p := &Processor{Consumer: c, pacer: pacer, share: ex, stats: stats}
+	if cfg.RemoveSilentAfter > 0 {
+		removed := func(protocol string) {
+			for _, h := range o.hooks {
+				if mh, ok := h.(MemberHooks); ok {
+					mh.MemberRemoved(protocol)
+				}
+			}
+		}
+		p.watch, err = members.New(members.Config{Topic: cfg.Names.Members(), Group: cfg.Group, From: cfg.Instance,
+			After: cfg.RemoveSilentAfter, Static: cfg.GroupInstanceID != "", Removed: removed}, log, c.Member, kopts)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
 }
 
 // Run consumes until ctx ends (consume.Consumer.Run) and, beside it, shares
-// pacing with the other processors; it returns once both have stopped.
+// pacing with the other processors and beats among them; it returns once
+// all have stopped.
 func (p *Processor) Run(ctx context.Context) error {
-	if p.share == nil {
-		return p.Consumer.Run(ctx)
-	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = p.share.Run(sctx) })
+	if p.share != nil {
+		wg.Go(func() { _ = p.share.Run(sctx) })
+	}
+	if p.watch != nil {
+		wg.Go(func() { p.watch.Run(sctx) })
+	}
 	err := p.Consumer.Run(ctx)
 	cancel()
 	wg.Wait()
 	return err
+}
+
+// MemberHooks are hooks (WithHooks) told of each silent member this
+// processor removed from the group (internal/members), by its protocol.
+type MemberHooks interface {
+	MemberRemoved(protocol string)
 }
 
 // consumeHooks hands the consumer's observations to the processor's

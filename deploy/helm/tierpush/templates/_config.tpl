@@ -16,6 +16,7 @@ topic-prefix: {{ .Values.kafka.topicPrefix | quote }}
 group-protocol: {{ .Values.kafka.groupProtocol | quote }}
 session-timeout: {{ .Values.kafka.sessionTimeout | quote }}
 heartbeat-interval: {{ .Values.kafka.heartbeatInterval | quote }}
+remove-silent-after: {{ .Values.kafka.removeSilentAfter | quote }}
 partitions: {{ .Values.topics.partitions | quote }}
 replication-factor: {{ .Values.topics.replicationFactor | quote }}
 retention: {{ .Values.topics.retention | quote }}
